@@ -1,0 +1,234 @@
+"""Command line: builds the options object, maps errors to exit codes. No logic.
+
+`mpconvert MODEL --policy mixed_float16` is the main job; other verbs
+(`inspect`) are sub-commands. A first argument that is not a known verb is
+the model, so the bare form works as written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import traceback
+import warnings
+from pathlib import Path
+
+import click
+
+from .errors import MpconvertError
+from .options import (
+    DEFAULT_MAX_DROP,
+    EXPORT_KINDS,
+    METRICS,
+    POLICIES,
+    ConvertOptions,
+    ExportOptions,
+    LoadOptions,
+    RewriteOptions,
+    ValidateOptions,
+    default_out_dir,
+)
+from .report import EXIT_FAILED, EXIT_GATE, EXIT_OK, EXIT_USAGE
+
+EXIT_CODES_HELP = f"""\b
+Exit codes:
+  {EXIT_OK}  converted, and the accuracy drop is within --max-drop
+  {EXIT_FAILED}  the input or the conversion failed (message on stderr)
+  {EXIT_USAGE}  usage error (bad option or value)
+  {EXIT_GATE}  converted, but the accuracy drop exceeds --max-drop
+     (artifacts and report.json are still written; the report says failed)
+"""
+
+
+class _DefaultToConvert(click.Group):
+    """A group whose first argument may be the model instead of a verb."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["convert", *args]
+        return super().parse_args(ctx, args)
+
+
+def _parse_exports(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in EXPORT_KINDS]
+    if unknown or not kinds:
+        raise click.BadParameter(f"{value!r}: choose from {', '.join(EXPORT_KINDS)}, comma-separated")
+    return kinds
+
+
+def _run(debug: bool, action) -> int:
+    """Run `action`, turning user errors into exit 1 with one message."""
+    try:
+        return action()
+    except MpconvertError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {exc.message}", err=True)
+        if exc.hint:
+            click.echo(f"  fix: {exc.hint}", err=True)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        click.echo("interrupted: nothing was written", err=True)
+        return EXIT_FAILED
+    except Exception as exc:  # a bug in mpconvert or a framework failure we did not foresee
+        if debug:
+            traceback.print_exc()
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        click.echo(f"error: conversion failed unexpectedly: {type(exc).__name__}: {first}", err=True)
+        click.echo("  fix: rerun with --debug for the full traceback and report it", err=True)
+        return EXIT_FAILED
+
+
+model_argument = click.argument("model", type=click.Path(path_type=Path))
+keep_option = click.option(
+    "--keep-float32",
+    "keep_float32",
+    multiple=True,
+    metavar="REGEX",
+    help="Keep layers whose whole name or class name matches REGEX in float32 (repeatable).",
+)
+unsafe_option = click.option(
+    "--unsafe-deserialization",
+    is_flag=True,
+    help="Allow Lambda layers, whose code runs while loading. Only for files you trust.",
+)
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks and framework logs.")
+
+
+@click.group(cls=_DefaultToConvert, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mpconvert")
+def cli() -> None:
+    """Convert float32 Keras models to mixed precision and export them.
+
+    \b
+    mpconvert MODEL --policy mixed_float16 [--data data.npz] [--out DIR]
+    mpconvert inspect MODEL [--policy mixed_bfloat16]
+    """
+
+
+@cli.command("convert", epilog=EXIT_CODES_HELP)
+@model_argument
+@click.option(
+    "--policy", type=click.Choice(POLICIES), required=True, help="mixed_float16 (NVIDIA Tensor Cores) or mixed_bfloat16 (TPU, bf16 CPUs)."
+)
+@click.option("--data", type=click.Path(path_type=Path), help="Labelled validation data (.npz with x, y; see README).")
+@click.option("--out", type=click.Path(path_type=Path), help="Output folder [default: MODEL_POLICY beside the model].")
+@click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
+@click.option(
+    "--max-drop",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_MAX_DROP,
+    show_default=True,
+    help="Largest allowed metric drop, in the metric's units (0.01 = 1 point of accuracy).",
+)
+@click.option("--metric", type=click.Choice(METRICS), help="[default: accuracy for softmax/sigmoid outputs, else mse]")
+@keep_option
+@click.option(
+    "--export",
+    "exports",
+    default=",".join(EXPORT_KINDS),
+    show_default=True,
+    callback=_parse_exports,
+    help="Artifacts to write, comma-separated.",
+)
+@unsafe_option
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@debug_option
+def convert_command(model, policy, data, out, force, max_drop, metric, keep_float32, exports, unsafe_deserialization, quiet, debug):
+    """Convert MODEL (.keras, .h5 or Keras SavedModel folder) to mixed precision."""
+
+    def action() -> int:
+        from .pipeline import convert
+        from .report import render_summary
+
+        options = ConvertOptions(
+            load=LoadOptions(model, unsafe_deserialization),
+            rewrite=RewriteOptions(policy, tuple(keep_float32)),
+            validate=ValidateOptions(data=data, metric=metric, max_drop=max_drop),
+            export=ExportOptions(kinds=exports),
+            out=out or default_out_dir(model, policy),
+            force=force,
+            quiet=quiet,
+        )
+        report = convert(options, progress=_progress(quiet))
+        if not quiet:
+            render_summary(report)
+        return report.exit_code
+
+    sys.exit(_run(debug, action))
+
+
+@cli.command("inspect")
+@model_argument
+@click.option("--policy", type=click.Choice(POLICIES), default=POLICIES[0], show_default=True)
+@keep_option
+@unsafe_option
+@debug_option
+def inspect_command(model, policy, keep_float32, unsafe_deserialization, debug):
+    """Print the per-layer plan for MODEL without converting it."""
+
+    def action() -> int:
+        from rich.console import Console
+        from rich.table import Table
+
+        from .pipeline import inspect
+
+        loaded, plan = inspect(LoadOptions(model, unsafe_deserialization), RewriteOptions(policy, tuple(keep_float32)))
+        table = Table(title=f"{model} ({loaded.format}, {loaded.framework.name}) -> {policy}")
+        for column in ("layer", "class", "policy", "kept float32 because"):
+            table.add_column(column)
+        for d in plan.decisions:
+            table.add_row(d.name, d.class_name, d.policy or "-", d.pinned or "")
+        Console(highlight=False).print(table)
+        return EXIT_OK
+
+    sys.exit(_run(debug, action))
+
+
+def _progress(quiet: bool):
+    if quiet or not sys.stderr.isatty():
+        return lambda stage: None
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    return lambda stage: console.print(f"[dim]... {stage}[/]")
+
+
+def _silence_frameworks() -> None:
+    """Keep TensorFlow's C++ and Python log noise away from the user.
+
+    TF_CPP_MIN_LOG_LEVEL does not cover messages printed before absl logging
+    starts, so the C-level stderr goes to /dev/null for the whole run while
+    Python's sys.stderr (our messages) keeps the real terminal.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    real = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    sys.stderr = os.fdopen(real, "w", buffering=1)
+    warnings.filterwarnings("ignore")
+    for name in ("tensorflow", "tf2onnx", "absl", "h5py"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    if "--debug" not in sys.argv[1:]:
+        _silence_frameworks()
+    else:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    # SIGTERM (CI timeouts, kill) must unwind like Ctrl-C so that the
+    # staging folder is removed.
+    signal.signal(signal.SIGTERM, _interrupt)
+    cli(prog_name="mpconvert")
+
+
+if __name__ == "__main__":
+    main()

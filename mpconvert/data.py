@@ -1,0 +1,205 @@
+"""Labelled data from an `.npz` file, checked against the model before use.
+
+Format: `x` and `y` for a single-input model; for several inputs one array
+per input, named after the input, plus `y`. Optional `x_train`/`y_train`
+(or `<input>_train`) are training splits for fine-tuning. Every problem is
+reported with the key and the expected shape, before anything is written.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import MpconvertError
+from .signature import Signature, TensorSpec
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the first model output means, which decides metric and labels."""
+
+    kind: str  # "softmax", "sigmoid" or "regression"
+    output: TensorSpec
+
+    @property
+    def classes(self) -> int | None:
+        return self.output.shape[-1] if self.kind == "softmax" else None
+
+
+@dataclass(frozen=True)
+class Split:
+    inputs: tuple[np.ndarray, ...]
+    labels: np.ndarray | None
+
+    @property
+    def rows(self) -> int:
+        return len(self.inputs[0])
+
+
+@dataclass(frozen=True)
+class EvalData:
+    validation: Split
+    train: Split | None
+    source: str  # "npz" or "generated"
+    path: str | None = None
+
+
+def input_keys(signature: Signature, suffix: str = "") -> list[str]:
+    if len(signature.inputs) == 1:
+        return ["x" + suffix]
+    return [spec.name + suffix for spec in signature.inputs]
+
+
+def load_npz(path: Path, signature: Signature, task: Task) -> EvalData:
+    arrays = _read(path)
+    validation = _split(path, arrays, signature, task, "", required=True)
+    train = _split(path, arrays, signature, task, "_train", required=False)
+    return EvalData(validation, train, "npz", str(path))
+
+
+def _read(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise MpconvertError(f"data file not found: {path}", hint="pass an existing .npz file with --data")
+    try:
+        # allow_pickle=False: an .npz can carry pickled objects, which would
+        # run code on load; labelled data never needs them.
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except ValueError as exc:
+        if "pickle" in str(exc).lower():
+            raise MpconvertError(
+                f"{path} holds object arrays, which could only be read by unpickling them",
+                hint="save plain numeric arrays, e.g. np.savez(path, x=x.astype('float32'), y=y)",
+            ) from exc
+        raise _unreadable(path, exc) from exc
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _unreadable(path: Path, exc: Exception) -> MpconvertError:
+    return MpconvertError(
+        f"cannot read data file {path}: {exc}",
+        hint="write it with np.savez or np.savez_compressed",
+    )
+
+
+def _split(path: Path, arrays: dict, signature: Signature, task: Task, suffix: str, required: bool) -> Split | None:
+    keys = input_keys(signature, suffix)
+    label_key = "y" + suffix
+    present = [k for k in keys + [label_key] if k in arrays]
+    if not present and not required:
+        return None
+    missing = [k for k in keys + [label_key] if k not in arrays]
+    if missing:
+        expected = ", ".join(f"{k} {s.describe()}" for k, s in zip(keys, signature.inputs))
+        raise MpconvertError(
+            f"data file {path} has no key {missing[0]!r} (it has: {', '.join(sorted(arrays)) or 'nothing'})",
+            hint=f"the model expects {expected} and labels {label_key} with one row per sample",
+        )
+    inputs = tuple(_check_input(path, key, arrays[key], spec) for key, spec in zip(keys, signature.inputs))
+    labels = _check_labels(path, label_key, arrays[label_key], task)
+    for key, array in zip(keys, inputs):
+        if len(array) != len(labels):
+            raise MpconvertError(
+                f"data file {path}: {key!r} has {len(array)} rows but {label_key!r} has {len(labels)}",
+                hint="inputs and labels need one row per sample",
+            )
+    return Split(inputs, labels)
+
+
+def _check_input(path: Path, key: str, array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    expected = f"expected {spec.describe()} for input {spec.name!r}"
+    if array.size == 0 or array.ndim == 0:
+        raise MpconvertError(f"data file {path}: {key!r} is empty", hint=f"{expected}, with at least one row")
+    if array.ndim != len(spec.shape) or any(
+        d is not None and a != d for a, d in zip(array.shape[1:], spec.shape[1:])
+    ):
+        raise MpconvertError(
+            f"data file {path}: {key!r} has shape {array.shape}, {expected}",
+            hint="reshape the array to the model's input shape",
+        )
+    if spec.is_float:
+        if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+            raise MpconvertError(
+                f"data file {path}: {key!r} has dtype {array.dtype}, {expected}",
+                hint="store numbers, e.g. x.astype('float32')",
+            )
+        array = array.astype(np.float32)
+        if not np.isfinite(array).all():
+            bad = int(np.count_nonzero(~np.isfinite(array)))
+            raise MpconvertError(
+                f"data file {path}: {key!r} contains {bad} NaN or infinite value(s)",
+                hint="clean or impute the data; validation needs finite inputs",
+            )
+        return array
+    if not np.issubdtype(array.dtype, np.integer):
+        raise MpconvertError(
+            f"data file {path}: {key!r} has dtype {array.dtype}, {expected}",
+            hint="integer inputs (token ids) must be stored as integers",
+        )
+    return array.astype(spec.dtype)
+
+
+def _check_labels(path: Path, key: str, labels: np.ndarray, task: Task) -> np.ndarray:
+    if labels.size == 0 or labels.ndim == 0:
+        raise MpconvertError(f"data file {path}: {key!r} is empty", hint="store one label per sample")
+    if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_):
+        raise MpconvertError(
+            f"data file {path}: {key!r} has dtype {labels.dtype}",
+            hint="labels must be numbers (class ids, 0/1, or regression targets)",
+        )
+    if not np.isfinite(labels.astype(np.float64)).all():
+        raise MpconvertError(f"data file {path}: {key!r} contains NaN or infinite values", hint="clean the labels")
+    out = task.output
+    if task.kind == "softmax":
+        classes = task.classes
+        if labels.ndim == 2 and labels.shape[1] == classes and classes > 1:
+            labels = _one_hot_to_ids(path, key, labels)
+        if labels.ndim == 2 and labels.shape[1] == 1:
+            labels = labels[:, 0]
+        if labels.ndim != 1:
+            raise MpconvertError(
+                f"data file {path}: {key!r} has shape {labels.shape}, expected (n,) class ids "
+                f"in [0, {classes}) or (n, {classes}) one-hot rows",
+                hint="store one integer class id per sample",
+            )
+        if not np.all(np.equal(np.mod(labels, 1), 0)):
+            raise MpconvertError(f"data file {path}: {key!r} holds non-integer class ids", hint="store integer class ids")
+        if labels.min() < 0 or labels.max() >= classes:
+            raise MpconvertError(
+                f"data file {path}: {key!r} has labels from {labels.min():g} to {labels.max():g}, "
+                f"but output {out.name!r} has {classes} classes (0 to {classes - 1})",
+                hint="check that the labels belong to this model",
+            )
+        return labels.astype(np.int64)
+    row_shape = tuple(d or 1 for d in out.shape[1:])
+    if labels.shape[1:] != row_shape:
+        # (n,) targets for an (n, 1) output are the same thing
+        if int(np.prod(labels.shape[1:])) != int(np.prod(row_shape)):
+            raise MpconvertError(
+                f"data file {path}: {key!r} has shape {labels.shape}, expected {out.describe()} "
+                f"like output {out.name!r}",
+                hint="store one target row per sample, shaped like the model output",
+            )
+        labels = labels.reshape((len(labels),) + row_shape)
+    labels = labels.astype(np.float32)
+    if task.kind == "sigmoid" and not np.isin(labels, (0.0, 1.0)).all():
+        raise MpconvertError(
+            f"data file {path}: {key!r} must hold 0/1 labels for sigmoid output {out.name!r} "
+            f"(found values from {labels.min():g} to {labels.max():g})",
+            hint="store binary labels as 0 and 1",
+        )
+    return labels
+
+
+def _one_hot_to_ids(path: Path, key: str, labels: np.ndarray) -> np.ndarray:
+    if not (np.isin(labels, (0, 1)).all() and np.all(labels.sum(axis=1) == 1)):
+        raise MpconvertError(
+            f"data file {path}: {key!r} has one column per class but its rows are not one-hot",
+            hint="store class ids (n,) or exact one-hot rows",
+        )
+    return labels.argmax(axis=1)

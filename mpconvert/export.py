@@ -1,0 +1,151 @@
+"""Write the converted model's artifacts, then re-load and re-run every one.
+
+An artifact is only reported once it has been read back and its outputs
+compared with the converted Keras model on real inputs: a file that was
+written but does not load is a failure, not a success.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import MpconvertError
+from .frameworks import Framework
+from .options import ExportOptions
+from .signature import Signature
+from .validate import max_abs_diff, predict
+
+
+@dataclass(frozen=True)
+class Artifact:
+    kind: str  # "savedmodel", "keras" or "onnx"
+    path: str  # relative to the output folder
+    bytes: int
+    max_abs_diff: float | None
+    runtime: str  # what re-ran it
+    details: dict
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _input_specs(signature: Signature) -> list:
+    import tensorflow as tf
+
+    return [tf.TensorSpec(spec.shape, spec.dtype, name=spec.name) for spec in signature.inputs]
+
+
+def _serving_fn(model: Any, signature: Signature):
+    """model(inputs) -> {output name: tensor}, so the signature keeps the model's names."""
+    names = [spec.name for spec in signature.outputs]
+
+    def serve(*inputs):
+        outputs = model(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        return dict(zip(names, outputs))
+
+    return serve
+
+
+def write_savedmodel(model: Any, framework: Framework, signature: Signature, path: Path) -> None:
+    if framework.is_keras3:
+        archive = framework.module.export.ExportArchive()
+        archive.track(model)
+        archive.add_endpoint("serve", _serving_fn(model, signature), input_signature=_input_specs(signature))
+        archive.write_out(str(path), verbose=False)
+    else:
+        # A Keras-2 SavedModel written by tf-keras reloads as a Keras model
+        # with its per-layer policies (tf_keras.models.load_model).
+        model.save(str(path), save_format="tf", include_optimizer=False)
+
+
+def run_savedmodel(path: Path, signature: Signature, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    import tensorflow as tf
+
+    serving = tf.saved_model.load(str(path)).signatures["serving_default"]
+    feeds = {spec.name: tf.constant(x) for spec, x in zip(signature.inputs, inputs)}
+    result = serving(**feeds)
+    names = [spec.name for spec in signature.outputs]
+    if set(names) <= set(result):
+        return [result[n].numpy() for n in names]
+    return [result[k].numpy() for k in sorted(result)]
+
+
+def check_savedmodel_dtypes(path: Path) -> dict:
+    import tensorflow as tf
+
+    serving = tf.saved_model.load(str(path)).signatures["serving_default"]
+    _, inputs = serving.structured_input_signature
+    return {
+        "inputs": {k: v.dtype.name for k, v in inputs.items()},
+        "outputs": {k: v.dtype.name for k, v in serving.structured_outputs.items()},
+    }
+
+
+def export_all(
+    model: Any,
+    framework: Framework,
+    signature: Signature,
+    inputs: list[np.ndarray],
+    out: Path,
+    options: ExportOptions,
+) -> list[Artifact]:
+    """Write and re-check every requested artifact under `out` (a private temp folder)."""
+    rows = [x[: options.parity_samples] for x in inputs]
+    expected = predict(model, rows)
+    artifacts: list[Artifact] = []
+    if "savedmodel" in options.kinds:
+        path = out / "savedmodel"
+        write_savedmodel(model, framework, signature, path)
+        got = run_savedmodel(path, signature, rows)
+        details = check_savedmodel_dtypes(path)
+        if not framework.is_keras3:
+            details["reloads_as_keras"] = _tf_keras_policies_survive(framework, path, model)
+        artifacts.append(Artifact("savedmodel", "savedmodel", _size(path), max_abs_diff(expected, got), "tensorflow", details))
+        if framework.is_keras3:
+            artifacts.append(_keras_file(model, framework, out / "model.keras", rows, expected))
+    if "onnx" in options.kinds:
+        artifacts.append(_onnx(model, signature, out / "model.onnx", rows, expected))
+    return artifacts
+
+
+def _keras_file(model: Any, framework: Framework, path: Path, rows: list[np.ndarray], expected) -> Artifact:
+    model.save(str(path))
+    reloaded = framework.module.models.load_model(str(path), compile=False)
+    got = predict(reloaded, rows)
+    return Artifact("keras", path.name, _size(path), max_abs_diff(expected, got), "keras", {})
+
+
+def _tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> bool:
+    reloaded = framework.module.models.load_model(str(path), compile=False)
+    before = [(l.name, l.dtype_policy.name) for l in model.layers]
+    after = [(l.name, l.dtype_policy.name) for l in reloaded.layers]
+    if before != after:
+        raise MpconvertError(
+            f"the exported SavedModel at {path} reloads with different layer policies",
+            hint="this is a bug in mpconvert; please report it with --debug output",
+        )
+    return True
+
+
+def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], expected) -> Artifact:
+    from .onnx_export import keras_to_onnx, run_onnx
+
+    exported = keras_to_onnx(model, _input_specs(signature), path)
+    run = run_onnx(path, {spec.name: x for spec, x in zip(signature.inputs, rows)})
+    details = {
+        "opset": exported.opset,
+        "initializer_dtypes": exported.initializer_dtypes,
+        "repairs": list(exported.repairs),
+    }
+    return Artifact("onnx", path.name, _size(path), max_abs_diff(expected, run.outputs), run.runtime, details)

@@ -1,0 +1,84 @@
+"""Frozen options for every stage, built once at the CLI edge.
+
+Nothing below the CLI sees click: each stage takes the one options object it
+needs. Validation of values that click cannot express (regexes, paths that
+must not overlap) happens here, once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import MpconvertError
+
+POLICIES = ("mixed_float16", "mixed_bfloat16")
+EXPORT_KINDS = ("savedmodel", "onnx")
+METRICS = ("accuracy", "mse")
+
+# One percentage point of accuracy: small enough to catch a real regression,
+# large enough that 16-bit rounding on a few hundred samples does not trip it.
+DEFAULT_MAX_DROP = 0.01
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    path: Path
+    unsafe_deserialization: bool = False
+
+
+@dataclass(frozen=True)
+class RewriteOptions:
+    policy: str
+    keep_float32: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise MpconvertError(
+                f"unknown policy {self.policy!r}",
+                hint=f"choose one of {', '.join(POLICIES)}",
+            )
+        for pattern in self.keep_float32:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise MpconvertError(
+                    f"--keep-float32 {pattern!r} is not a valid regular expression ({exc})",
+                    hint="escape special characters, e.g. --keep-float32 'conv2d_1' or 'block\\d+_.*'",
+                ) from None
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    data: Path | None = None
+    metric: str | None = None  # None: accuracy for classifiers, mse otherwise
+    max_drop: float = DEFAULT_MAX_DROP
+    # Rows drawn when no data is given; enough to see drift, cheap to run.
+    generated_samples: int = 64
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    kinds: tuple[str, ...] = EXPORT_KINDS
+    # Rows of validation input replayed through each exported artifact.
+    parity_samples: int = 256
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    load: LoadOptions
+    rewrite: RewriteOptions
+    validate: ValidateOptions
+    export: ExportOptions
+    out: Path
+    force: bool = False
+    quiet: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def default_out_dir(model_path: Path, policy: str) -> Path:
+    """A sibling of the model named after it and the policy."""
+    stem = model_path.name if model_path.is_dir() else model_path.stem
+    return model_path.resolve().parent / f"{stem}_{policy}"

@@ -1,0 +1,104 @@
+"""The one place where the stage order lives.
+
+load -> rewrite -> validate -> export -> report. Each stage is a function
+with explicit inputs that returns a result object; this module only wires
+them together, times them and stages the output folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from .data import EvalData, Split, Task, load_npz
+from .export import export_all
+from .load import Loaded, load_model
+from .options import ConvertOptions, LoadOptions, RewriteOptions, ValidateOptions
+from .outdir import check_output, staged_output
+from .report import Report
+from .rewrite import Plan, model_class, model_config, output_activation, plan_conversion, rewrite
+from .signature import Signature, generate_inputs, signature_of
+from .validate import choose_metric, validate
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class _Clock:
+    timings: dict[str, float] = field(default_factory=dict)
+    progress: Progress = lambda message: None
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        self.progress(name)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = time.perf_counter() - start
+
+
+def task_of(loaded: Loaded, signature: Signature) -> Task:
+    activation = output_activation(model_config(loaded.model), model_class(loaded.model))
+    if activation in ("softmax", "log_softmax"):
+        kind = "softmax"
+    elif activation == "sigmoid":
+        kind = "sigmoid"
+    else:
+        kind = "regression"
+    return Task(kind, signature.outputs[0])
+
+
+def eval_data(loaded: Loaded, signature: Signature, task: Task, options: ValidateOptions) -> EvalData:
+    if options.data is not None:
+        return load_npz(options.data, signature, task)
+    inputs = generate_inputs(loaded.model, signature, options.generated_samples, options.seed)
+    return EvalData(Split(tuple(inputs), None), None, "generated")
+
+
+def inspect(options: LoadOptions, rewrite_options: RewriteOptions) -> tuple[Loaded, Plan]:
+    """The per-layer plan, without converting anything."""
+    loaded = load_model(options)
+    with loaded.framework.preserved_global_policy():
+        plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), rewrite_options)
+    return loaded, plan
+
+
+def convert(options: ConvertOptions, progress: Progress = lambda message: None) -> Report:
+    out = check_output(options.out, options.load.path, options.force)
+    clock = _Clock(progress=progress)
+    with clock.stage("load"):
+        loaded = load_model(options.load)
+        signature = signature_of(loaded.model)
+        task = task_of(loaded, signature)
+        metric = choose_metric(options.validate.metric, task)
+        data = eval_data(loaded, signature, task, options.validate)
+    smoke = [x[:2] for x in data.validation.inputs]
+    with clock.stage("rewrite"):
+        rewritten = rewrite(loaded.model, loaded.framework, options.rewrite, smoke)
+    with clock.stage("validate"):
+        validation, _ = validate(loaded.model, rewritten.model, data, task, metric, options.validate.max_drop)
+    report = Report(
+        policy=options.rewrite.policy,
+        source={
+            "path": str(options.load.path),
+            "format": loaded.format,
+            "loader": loaded.framework.name,
+            "inputs": [vars(s) for s in signature.inputs],
+            "outputs": [vars(s) for s in signature.outputs],
+        },
+        layers=rewritten.plan.as_dicts(),
+        validation=validation.as_dict(),
+        timings=clock.timings,
+        out=str(out),
+    )
+    with staged_output(out) as staging:
+        with clock.stage("export"):
+            artifacts = export_all(
+                rewritten.model, loaded.framework, signature, list(data.validation.inputs), staging, options.export
+            )
+        report.artifacts = [a.as_dict() for a in artifacts]
+        report.write(staging)
+    return report

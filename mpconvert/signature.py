@@ -1,0 +1,77 @@
+"""A model's inputs and outputs as plain values, the same for both frameworks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int | None, ...]  # including the batch dimension
+    dtype: str
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype.startswith(("float", "bfloat"))
+
+    def describe(self) -> str:
+        dims = ", ".join("n" if i == 0 else ("?" if d is None else str(d)) for i, d in enumerate(self.shape))
+        return f"({dims}) {self.dtype}"
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+def _dtype_name(dtype: Any) -> str:
+    return getattr(dtype, "name", None) or str(dtype)
+
+
+def signature_of(model: Any) -> Signature:
+    names = getattr(model, "input_names", None) or [t.name for t in model.inputs]
+    inputs = tuple(
+        TensorSpec(str(name), tuple(t.shape), _dtype_name(t.dtype)) for name, t in zip(names, model.inputs)
+    )
+    # Keras 3 Sequential models have no output_names; their output is the last layer's.
+    out_names = getattr(model, "output_names", None) or [model.layers[-1].name]
+    outputs = tuple(
+        TensorSpec(str(name), tuple(t.shape), _dtype_name(t.dtype)) for name, t in zip(out_names, model.outputs)
+    )
+    return Signature(inputs, outputs)
+
+
+def _integer_upper_bound(model: Any) -> int:
+    """Largest safe token id: the smallest Embedding vocabulary in the model."""
+    sizes = [layer.input_dim for layer in _all_layers(model) if hasattr(layer, "input_dim")]
+    return min(sizes) if sizes else 2
+
+
+def _all_layers(model: Any):
+    for layer in model.layers:
+        yield layer
+        if hasattr(layer, "layers"):
+            yield from _all_layers(layer)
+
+
+def generate_inputs(model: Any, signature: Signature, rows: int, seed: int) -> list[np.ndarray]:
+    """Random inputs of the right shape and dtype, for drift checks without data.
+
+    Float inputs are standard normal (the scale most models were trained on
+    after normalization); integer inputs are valid token ids for every
+    Embedding in the model.
+    """
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in signature.inputs:
+        shape = (rows,) + tuple(1 if d is None else d for d in spec.shape[1:])
+        if spec.is_float:
+            arrays.append(rng.standard_normal(shape).astype(np.float32))
+        else:
+            arrays.append(rng.integers(0, _integer_upper_bound(model), size=shape).astype(spec.dtype))
+    return arrays

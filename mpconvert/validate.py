@@ -1,0 +1,140 @@
+"""The converted model against the float32 original, as a result object.
+
+The metric is computed on the first model output; the output difference
+covers every output. A drop is always "how much worse": reference minus
+converted for accuracy, converted minus reference for mean squared error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .data import EvalData, Split, Task
+from .errors import MpconvertError
+
+# Metrics are compared with this much slack so that a drop exactly equal to
+# the budget (0.96 - 0.95 vs 0.01) passes despite binary float rounding.
+GATE_EPSILON = 1e-9
+PREDICT_BATCH = 256
+
+
+@dataclass(frozen=True)
+class Validation:
+    metric: str | None
+    reference: float | None
+    converted: float | None
+    drop: float | None
+    max_drop: float
+    passed: bool
+    agreement: float | None
+    max_abs_diff: float | None
+    data: str  # "npz" or "generated"
+    rows: int
+    nonfinite_outputs: int
+    note: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose_metric(requested: str | None, task: Task) -> str:
+    if requested is None:
+        return "mse" if task.kind == "regression" else "accuracy"
+    if requested == "accuracy" and task.kind == "regression":
+        raise MpconvertError(
+            f"--metric accuracy needs a softmax or sigmoid output, but output {task.output.name!r} is neither",
+            hint="use --metric mse for this model",
+        )
+    return requested
+
+
+def predict(model: Any, inputs: tuple[np.ndarray, ...] | list[np.ndarray]) -> list[np.ndarray]:
+    feed = list(inputs) if len(inputs) > 1 else inputs[0]
+    outputs = model.predict(feed, batch_size=PREDICT_BATCH, verbose=0)
+    if isinstance(outputs, dict):
+        outputs = list(outputs.values())
+    elif not isinstance(outputs, (list, tuple)):
+        outputs = [outputs]
+    return [np.asarray(o, dtype=np.float32) for o in outputs]
+
+
+def class_predictions(task: Task, output: np.ndarray) -> np.ndarray:
+    if task.kind == "softmax":
+        return output.reshape(len(output), -1).argmax(axis=1)
+    return (output > 0.5).reshape(len(output), -1)
+
+
+def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray) -> float:
+    if metric == "mse":
+        return float(np.mean((output.reshape(labels.shape).astype(np.float64) - labels) ** 2))
+    predicted = class_predictions(task, output)
+    if task.kind == "softmax":
+        return float(np.mean(predicted == labels))
+    return float(np.mean(predicted == (labels.reshape(predicted.shape) > 0.5)))
+
+
+def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
+    """Largest |a - b| over all outputs; None when any value is not finite."""
+    worst = 0.0
+    for x, y in zip(a, b):
+        diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
+        if not np.isfinite(diff).all():
+            return None
+        worst = max(worst, float(diff.max(initial=0.0)))
+    return worst
+
+
+def compare(
+    reference: list[np.ndarray],
+    converted: list[np.ndarray],
+    split: Split,
+    task: Task,
+    metric: str,
+    max_drop: float,
+    source: str,
+) -> Validation:
+    nonfinite = sum(int(np.count_nonzero(~np.isfinite(o))) for o in converted)
+    agreement = None
+    if task.kind != "regression":
+        same = class_predictions(task, reference[0]) == class_predictions(task, converted[0])
+        agreement = float(np.mean(same.reshape(len(same), -1).all(axis=1)))
+    ref_value = conv_value = drop = None
+    note = None
+    if split.labels is not None:
+        ref_value = metric_value(metric, task, reference[0], split.labels)
+        conv_value = metric_value(metric, task, converted[0], split.labels)
+        drop = ref_value - conv_value if metric == "accuracy" else conv_value - ref_value
+        passed = drop <= max_drop + GATE_EPSILON and nonfinite == 0
+    else:
+        note = "no labelled data: the metric was not measured, only the output drift on generated inputs"
+        passed = nonfinite == 0
+    if nonfinite:
+        note = (
+            f"the converted model produced {nonfinite} NaN/inf output value(s): activations overflow "
+            "16 bits; try mixed_bfloat16 or --keep-float32 on the overflowing layers"
+        )
+    return Validation(
+        metric=metric if split.labels is not None else None,
+        reference=ref_value,
+        converted=conv_value,
+        drop=drop,
+        max_drop=max_drop,
+        passed=passed,
+        agreement=agreement,
+        max_abs_diff=max_abs_diff(reference, converted),
+        data=source,
+        rows=split.rows,
+        nonfinite_outputs=nonfinite,
+        note=note,
+    )
+
+
+def validate(reference_model: Any, converted_model: Any, data: EvalData, task: Task, metric: str, max_drop: float) -> tuple[Validation, list[np.ndarray]]:
+    """Compare both models on the validation split; also returns the converted outputs."""
+    split = data.validation
+    reference = predict(reference_model, split.inputs)
+    converted = predict(converted_model, split.inputs)
+    return compare(reference, converted, split, task, metric, max_drop, data.source), converted
