@@ -1,0 +1,56 @@
+"""Tiny models for the tests, built by committed code (no downloads).
+
+Each builder takes the framework module (`keras` or `tf_keras`) so the same
+architecture is exercised through both code paths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def mlp(K, inputs: int = 8, classes: int = 3, activation: str = "softmax", name: str = "mlp"):
+    x = K.Input((inputs,), name="features")
+    h = K.layers.Dense(16, activation="relu", name="hidden")(x)
+    out = K.layers.Dense(classes, activation=activation, name="predictions")(h)
+    return K.Model(x, out, name=name)
+
+
+def regression(K, inputs: int = 8):
+    x = K.Input((inputs,), name="features")
+    h = K.layers.Dense(16, activation="relu", name="hidden")(x)
+    out = K.layers.Dense(1, name="value")(h)
+    return K.Model(x, out, name="regression")
+
+
+def nested(K):
+    """A Sequential inside a Functional, the Sequential producing the output."""
+    x = K.Input((8,), name="features")
+    h = K.layers.Dense(16, activation="relu", name="stem")(x)
+    head = K.Sequential(
+        [K.layers.Dense(12, activation="relu", name="head_hidden"), K.layers.Dense(4, activation="softmax", name="head_out")],
+        name="head",
+    )
+    return K.Model(x, head(h), name="nested")
+
+
+def recurrent(K, vocab: int = 50, steps: int = 12):
+    ids = K.Input((steps,), dtype="int32", name="ids")
+    e = K.layers.Embedding(vocab, 16, name="embed")(ids)
+    h = K.layers.LSTM(16, name="lstm")(e)
+    h = K.layers.Dense(8, activation="relu", name="hidden")(h)
+    out = K.layers.Dense(3, activation="softmax", name="predictions")(h)
+    return K.Model(ids, out, name="recurrent")
+
+
+def lambda_model(K):
+    x = K.Input((4,), name="features")
+    h = K.layers.Lambda(lambda t: t * 2.0, name="double")(x)
+    return K.Model(x, K.layers.Dense(2, name="out")(h), name="with_lambda")
+
+
+def classification_data(rows: int, inputs: int, classes: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, inputs)).astype(np.float32)
+    y = rng.integers(0, classes, size=rows)
+    return x, y
