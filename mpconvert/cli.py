@@ -179,10 +179,11 @@ def inspect_command(model, policy, keep_float32, unsafe_deserialization, debug):
         loaded, plan = inspect(LoadOptions(model, unsafe_deserialization), RewriteOptions(policy, tuple(keep_float32)))
         table = Table(title=f"{model} ({loaded.format}, {loaded.framework.name}) -> {policy}")
         for column in ("layer", "class", "policy", "kept float32 because"):
-            table.add_column(column)
+            table.add_column(column, no_wrap=True)
         for d in plan.decisions:
             table.add_row(d.name, d.class_name, d.policy or "-", d.pinned or "")
-        Console(highlight=False).print(table)
+        # Piped output keeps whole rows, so `| grep` finds a layer's line.
+        Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
         return EXIT_OK
 
     sys.exit(_run(debug, action))
@@ -211,7 +212,9 @@ def _silence_frameworks() -> None:
     os.close(devnull)
     sys.stderr = os.fdopen(real, "w", buffering=1)
     warnings.filterwarnings("ignore")
-    for name in ("tensorflow", "tf2onnx", "absl", "h5py"):
+    # tf2onnx also logs through the root logger ("onnxruntime only support
+    # float32 type for Gemm rewriter"), so the root level is raised too.
+    for name in ("", "tensorflow", "tf2onnx", "absl", "h5py"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 

@@ -54,3 +54,21 @@ def classification_data(rows: int, inputs: int, classes: int, seed: int = 0):
     x = rng.standard_normal((rows, inputs)).astype(np.float32)
     y = rng.integers(0, classes, size=rows)
     return x, y
+
+
+def float16_overflow(K, seed: int = 0):
+    """A classifier that is exact in float32 but overflows float16.
+
+    The hidden layer's weights are scaled by 1e4 and the output layer's by
+    1e-4, so float32 logits are unchanged in effect while the hidden
+    activations (|h| ~ 1e4..1e5) exceed float16's maximum of 65504 and become
+    inf, which turns the softmax into NaN. bfloat16 has float32's exponent
+    range and is unaffected.
+    """
+    model = mlp(K, inputs=8, classes=3, name="overflow")
+    rng = np.random.default_rng(seed)
+    hidden = model.get_layer("hidden")
+    out = model.get_layer("predictions")
+    hidden.set_weights([rng.standard_normal((8, 16)).astype("float32") * 3e4, np.zeros(16, "float32")])
+    out.set_weights([rng.standard_normal((16, 3)).astype("float32") * 1e-4, np.zeros(3, "float32")])
+    return model
