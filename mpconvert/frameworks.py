@@ -54,6 +54,23 @@ class Framework:
             if self.global_policy_name() != before:
                 self.module.mixed_precision.set_global_policy(before)
 
+    @contextlib.contextmanager
+    def deserialization(self, safe: bool) -> Iterator[None]:
+        """Scope the user's --unsafe-deserialization choice to this conversion.
+
+        Loading is not the only deserialization: the rewrite rebuilds the
+        model from its config and the export reloads `model.keras`, and both
+        consult the framework's safe mode rather than a load_model argument.
+        The scope keeps the choice from leaking into later conversions in the
+        same process.
+        """
+        if safe:
+            yield
+            return
+        serialization_lib = importlib.import_module(f"{self.name}.src.saving.serialization_lib")
+        with serialization_lib.SafeModeScope(False):
+            yield
+
     def model_from_config(self, model: Any, config: dict) -> Any:
         return type(model).from_config(config)
 

@@ -38,6 +38,7 @@ class Loaded:
     framework: Framework
     path: Path
     format: str  # "keras", "h5" or "savedmodel"
+    safe: bool  # False when the user allowed code-carrying layers
     # Raw model config as stored in the file (plain JSON), for later stages
     # that need what the file says rather than what the live object reports.
     stored_config: dict
@@ -147,13 +148,13 @@ def load_model(options: LoadOptions) -> Loaded:
     safe = not options.unsafe_deserialization
     if fmt == "savedmodel":
         model = _load_with(TF_KERAS, path, safe)
-        return Loaded(model, TF_KERAS, path, fmt, stored)
+        return Loaded(model, TF_KERAS, path, fmt, safe, stored)
     if fmt == "keras":
         model = _load_with(KERAS3, path, safe)
-        return Loaded(model, KERAS3, path, fmt, stored)
+        return Loaded(model, KERAS3, path, fmt, safe, stored)
     try:
         model = _load_with(KERAS3, path, safe)
-        return Loaded(model, KERAS3, path, fmt, stored)
+        return Loaded(model, KERAS3, path, fmt, safe, stored)
     except MpconvertError as keras3_error:
         # Files written by tf.keras 2.x carry config keys Keras 3 rejects
         # (an LSTM's `time_major`, for one); tf-keras reads them natively.
@@ -165,11 +166,11 @@ def load_model(options: LoadOptions) -> Loaded:
                 f"Keras 3 said: {keras3_error.message}; tf-keras said: {tf_keras_error.message}",
                 hint=keras3_error.hint,
             ) from None
-        return Loaded(model, TF_KERAS, path, fmt, stored)
+        return Loaded(model, TF_KERAS, path, fmt, safe, stored)
 
 
 def _load_with(framework: Framework, path: Path, safe: bool) -> Any:
-    with framework.preserved_global_policy():
+    with framework.preserved_global_policy(), framework.deserialization(safe):
         try:
             if framework.is_keras3:
                 model = framework.module.models.load_model(path, compile=False, safe_mode=safe)

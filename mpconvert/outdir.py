@@ -22,20 +22,26 @@ def _inside(child: Path, parent: Path) -> bool:
     return child == parent or parent in child.parents
 
 
-def check_output(out: Path, model: Path, force: bool) -> Path:
-    """Refuse outputs that would lose data; returns the resolved path."""
+def check_output(out: Path, inputs: list[Path], force: bool) -> Path:
+    """Refuse outputs that would lose data; returns the resolved path.
+
+    `inputs` are the files the run reads (model, data): the output may
+    neither be written into them nor, with --force, replace a folder that
+    holds them.
+    """
     out = out.resolve()
-    model = model.resolve()
-    if _inside(out, model) and model.is_dir():
-        raise MpconvertError(
-            f"output folder {out} is inside the input model folder {model}",
-            hint="choose an --out outside the model; mpconvert never writes into its input",
-        )
-    if _inside(model, out):
-        raise MpconvertError(
-            f"output folder {out} contains the input model {model}; replacing it would delete the input",
-            hint="choose another --out",
-        )
+    for given in inputs:
+        path = given.resolve()
+        if _inside(out, path) and path.is_dir():
+            raise MpconvertError(
+                f"output folder {out} is inside the input {path}",
+                hint="choose an --out outside the input; mpconvert never writes into its input",
+            )
+        if _inside(path, out):
+            raise MpconvertError(
+                f"output folder {out} contains the input {path}; replacing it would delete the input",
+                hint="choose another --out",
+            )
     if out.exists() and not out.is_dir():
         raise MpconvertError(f"output path {out} exists and is a file", hint="choose a folder path for --out")
     if out.is_dir() and any(out.iterdir()) and not force:

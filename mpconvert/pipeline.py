@@ -67,7 +67,8 @@ def inspect(options: LoadOptions, rewrite_options: RewriteOptions) -> tuple[Load
 
 
 def convert(options: ConvertOptions, progress: Progress = lambda message: None) -> Report:
-    out = check_output(options.out, options.load.path, options.force)
+    inputs = [options.load.path] + ([options.validate.data] if options.validate.data else [])
+    out = check_output(options.out, inputs, options.force)
     clock = _Clock(progress=progress)
     with clock.stage("load"):
         loaded = load_model(options.load)
@@ -75,30 +76,31 @@ def convert(options: ConvertOptions, progress: Progress = lambda message: None) 
         task = task_of(loaded, signature)
         metric = choose_metric(options.validate.metric, task)
         data = eval_data(loaded, signature, task, options.validate)
-    smoke = [x[:2] for x in data.validation.inputs]
-    with clock.stage("rewrite"):
-        rewritten = rewrite(loaded.model, loaded.framework, options.rewrite, smoke)
-    with clock.stage("validate"):
-        validation, _ = validate(loaded.model, rewritten.model, data, task, metric, options.validate.max_drop)
-    report = Report(
-        policy=options.rewrite.policy,
-        source={
-            "path": str(options.load.path),
-            "format": loaded.format,
-            "loader": loaded.framework.name,
-            "inputs": [vars(s) for s in signature.inputs],
-            "outputs": [vars(s) for s in signature.outputs],
-        },
-        layers=rewritten.plan.as_dicts(),
-        validation=validation.as_dict(),
-        timings=clock.timings,
-        out=str(out),
-    )
-    with staged_output(out) as staging:
-        with clock.stage("export"):
-            artifacts = export_all(
-                rewritten.model, loaded.framework, signature, list(data.validation.inputs), staging, options.export
-            )
-        report.artifacts = [a.as_dict() for a in artifacts]
-        report.write(staging)
+    with loaded.framework.deserialization(loaded.safe):
+        with clock.stage("rewrite"):
+            smoke = [x[:2] for x in data.validation.inputs]
+            rewritten = rewrite(loaded.model, loaded.framework, options.rewrite, smoke)
+        with clock.stage("validate"):
+            validation, _ = validate(loaded.model, rewritten.model, data, task, metric, options.validate.max_drop)
+        report = Report(
+            policy=options.rewrite.policy,
+            source={
+                "path": str(options.load.path),
+                "format": loaded.format,
+                "loader": loaded.framework.name,
+                "inputs": [vars(s) for s in signature.inputs],
+                "outputs": [vars(s) for s in signature.outputs],
+            },
+            layers=rewritten.plan.as_dicts(),
+            validation=validation.as_dict(),
+            timings=clock.timings,
+            out=str(out),
+        )
+        with staged_output(out) as staging:
+            with clock.stage("export"):
+                artifacts = export_all(
+                    rewritten.model, loaded.framework, signature, list(data.validation.inputs), staging, options.export
+                )
+            report.artifacts = [a.as_dict() for a in artifacts]
+            report.write(staging)
     return report
