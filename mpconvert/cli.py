@@ -19,12 +19,16 @@ import click
 
 from .errors import MpconvertError
 from .options import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_FINETUNE_STEPS,
+    DEFAULT_LEARNING_RATE,
     DEFAULT_MAX_DROP,
     EXPORT_KINDS,
     METRICS,
     POLICIES,
     ConvertOptions,
     ExportOptions,
+    FinetuneOptions,
     LoadOptions,
     RewriteOptions,
     ValidateOptions,
@@ -114,7 +118,11 @@ def cli() -> None:
 @click.option(
     "--policy", type=click.Choice(POLICIES), required=True, help="mixed_float16 (NVIDIA Tensor Cores) or mixed_bfloat16 (TPU, bf16 CPUs)."
 )
-@click.option("--data", type=click.Path(path_type=Path), help="Labelled validation data (.npz with x, y; see README).")
+@click.option(
+    "--data",
+    help="Labelled data: an .npz with x, y (and x_train, y_train), or module:function returning "
+    "(train, validation) -- that form imports and runs your code.",
+)
 @click.option("--out", type=click.Path(path_type=Path), help="Output folder [default: MODEL_POLICY beside the model].")
 @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
 @click.option(
@@ -134,10 +142,22 @@ def cli() -> None:
     callback=_parse_exports,
     help="Artifacts to write, comma-separated.",
 )
+@click.option(
+    "--finetune-steps",
+    type=click.IntRange(min=0),
+    help=f"Fine-tuning steps, 0 to skip [default: {DEFAULT_FINETUNE_STEPS} when the data has a training split].",
+)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LEARNING_RATE, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for fine-tuning and generated inputs.")
+@click.option("--loss", help="Fine-tuning loss [default: the model's saved loss, else one for its output].")
 @unsafe_option
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
 @debug_option
-def convert_command(model, policy, data, out, force, max_drop, metric, keep_float32, exports, unsafe_deserialization, quiet, debug):
+def convert_command(
+    model, policy, data, out, force, max_drop, metric, keep_float32, exports,
+    finetune_steps, learning_rate, batch_size, seed, loss, unsafe_deserialization, quiet, debug,
+):  # fmt: skip
     """Convert MODEL (.keras, .h5 or Keras SavedModel folder) to mixed precision."""
 
     def action() -> int:
@@ -147,13 +167,15 @@ def convert_command(model, policy, data, out, force, max_drop, metric, keep_floa
         options = ConvertOptions(
             load=LoadOptions(model, unsafe_deserialization),
             rewrite=RewriteOptions(policy, tuple(keep_float32)),
-            validate=ValidateOptions(data=data, metric=metric, max_drop=max_drop),
+            validate=ValidateOptions(data=data, metric=metric, max_drop=max_drop, seed=seed),
             export=ExportOptions(kinds=exports),
+            finetune=FinetuneOptions(finetune_steps, learning_rate, batch_size, seed, loss),
             out=out or default_out_dir(model, policy),
             force=force,
             quiet=quiet,
         )
-        report = convert(options, progress=_progress(quiet))
+        with _Display(quiet) as display:
+            report = convert(options, display.hooks())
         if not quiet:
             render_summary(report)
         return report.exit_code
@@ -189,13 +211,44 @@ def inspect_command(model, policy, keep_float32, unsafe_deserialization, debug):
     sys.exit(_run(debug, action))
 
 
-def _progress(quiet: bool):
-    if quiet or not sys.stderr.isatty():
-        return lambda stage: None
-    from rich.console import Console
+class _Display:
+    """Stage names and a fine-tuning progress bar, only on an interactive terminal."""
 
-    console = Console(stderr=True)
-    return lambda stage: console.print(f"[dim]... {stage}[/]")
+    def __init__(self, quiet: bool):
+        self.live = not quiet and sys.stdout.isatty()
+        self.progress = None
+        self.task = None
+
+    def __enter__(self) -> "_Display":
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), transient=True,
+            )  # fmt: skip
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress:
+            self.progress.stop()
+
+    def hooks(self):
+        from .pipeline import Hooks
+
+        if not self.progress:
+            return Hooks()
+        return Hooks(stage=self._stage, finetune_step=self._step)
+
+    def _stage(self, name: str) -> None:
+        self.progress.console.print(f"[dim]... {name}[/]")
+
+    def _step(self, step: int, total: int, loss: float, scale: float | None) -> None:
+        if self.task is None:
+            self.task = self.progress.add_task("fine-tune", total=total, detail="")
+        detail = f"loss {loss:.4f}" + (f"  scale {scale:g}" if scale is not None else "")
+        self.progress.update(self.task, completed=step, detail=detail)
 
 
 def _silence_frameworks() -> None:

@@ -8,6 +8,9 @@ reported with the key and the expected shape, before anything is written.
 
 from __future__ import annotations
 
+import importlib
+import re
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,10 +58,102 @@ def input_keys(signature: Signature, suffix: str = "") -> list[str]:
 
 
 def load_npz(path: Path, signature: Signature, task: Task) -> EvalData:
-    arrays = _read(path)
-    validation = _split(path, arrays, signature, task, "", required=True)
-    train = _split(path, arrays, signature, task, "_train", required=False)
-    return EvalData(validation, train, "npz", str(path))
+    return _eval_data(path, _read(path), signature, task, "npz")
+
+
+def _eval_data(origin, arrays: dict, signature: Signature, task: Task, source: str) -> EvalData:
+    validation = _split(origin, arrays, signature, task, "", required=True)
+    train = _split(origin, arrays, signature, task, "_train", required=False)
+    return EvalData(validation, train, source, str(origin))
+
+
+CALLABLE_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def is_callable_spec(value: str) -> bool:
+    """True for "package.module:function" (and not for an existing file)."""
+    return bool(CALLABLE_FORM.match(value)) and not Path(value).exists()
+
+
+def load_callable(spec: str, signature: Signature, task: Task) -> EvalData:
+    """Data from a user function returning (train, validation).
+
+    This imports and runs the user's own code, which is why it only happens
+    for this explicit form. Each part may be (x, y) arrays (x a list or dict
+    per input for several inputs), a tf.data.Dataset of (x, y), or None for
+    train.
+    """
+    module_name, function_name = spec.split(":")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # like `python -m`: modules beside the user
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise MpconvertError(
+            f"--data {spec}: cannot import {function_name!r} from {module_name!r} ({exc})",
+            hint="give an importable module (run from its folder or set PYTHONPATH) and a function in it",
+        ) from None
+    try:
+        result = function()
+    except Exception as exc:
+        raise MpconvertError(
+            f"--data {spec}: the function raised {type(exc).__name__}: {exc}",
+            hint="fix the data function; run it alone in Python to see the full error",
+        ) from exc
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise MpconvertError(
+            f"--data {spec} returned {type(result).__name__}, expected a pair (train, validation)",
+            hint="return (train, validation), each (x, y) arrays or a tf.data.Dataset of (x, y); train may be None",
+        )
+    arrays: dict[str, np.ndarray] = {}
+    for part, suffix in zip(result, ("_train", "")):
+        if part is None:
+            if suffix == "":
+                raise MpconvertError(f"--data {spec} returned no validation data", hint="return (train, validation)")
+            continue
+        x, y = _materialize(spec, part, signature, suffix)
+        arrays.update(zip(input_keys(signature, suffix), x))
+        arrays["y" + suffix] = y
+    return _eval_data(spec, arrays, signature, task, "callable")
+
+
+def _materialize(spec: str, part, signature: Signature, suffix: str) -> tuple[list[np.ndarray], np.ndarray]:
+    which = "train" if suffix else "validation"
+    if hasattr(part, "as_numpy_iterator"):  # a tf.data.Dataset
+        elements = list(part.as_numpy_iterator())
+        if not elements:
+            raise MpconvertError(f"--data {spec}: the {which} dataset is empty", hint="return at least one sample")
+        if not (isinstance(elements[0], tuple) and len(elements[0]) == 2):
+            raise MpconvertError(
+                f"--data {spec}: the {which} dataset yields {type(elements[0]).__name__}, expected (x, y) pairs",
+                hint="map it to (inputs, labels), e.g. ds.map(lambda r: (r['image'], r['label']))",
+            )
+        xs = [_per_input(spec, e[0], signature, which) for e in elements]
+        batched = xs[0][0].ndim == len(signature.inputs[0].shape)
+        join = np.concatenate if batched else np.stack
+        x = [join([sample[i] for sample in xs]) for i in range(len(signature.inputs))]
+        return x, join([np.asarray(e[1]) for e in elements])
+    if not (isinstance(part, (tuple, list)) and len(part) == 2):
+        raise MpconvertError(
+            f"--data {spec}: the {which} part is {type(part).__name__}, expected (x, y) or a tf.data.Dataset",
+            hint="return (train, validation), each as (x, y)",
+        )
+    return _per_input(spec, part[0], signature, which), np.asarray(part[1])
+
+
+def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarray]:
+    names = [s.name for s in signature.inputs]
+    if isinstance(x, dict):
+        missing = [n for n in names if n not in x]
+        if missing:
+            raise MpconvertError(
+                f"--data {spec}: the {which} inputs have no {missing[0]!r} (they have {', '.join(map(str, x))})",
+                hint=f"name the inputs {', '.join(names)}",
+            )
+        return [np.asarray(x[n]) for n in names]
+    if isinstance(x, (list, tuple)) and len(names) > 1:
+        return [np.asarray(a) for a in x]
+    return [np.asarray(x)]
 
 
 def _read(path: Path) -> dict[str, np.ndarray]:

@@ -74,6 +74,48 @@ class Framework:
     def model_from_config(self, model: Any, config: dict) -> Any:
         return type(model).from_config(config)
 
+    # --- training: the two loss-scaling APIs ---------------------------------
+
+    def set_seed(self, seed: int) -> None:
+        self.module.utils.set_random_seed(seed)
+
+    def optimizer(self, learning_rate: float, loss_scaling: bool) -> Any:
+        """Adam, wrapped in a dynamic LossScaleOptimizer when asked."""
+        inner = self.module.optimizers.Adam(learning_rate=learning_rate)
+        if not loss_scaling:
+            return inner
+        if self.is_keras3:
+            return self.module.optimizers.LossScaleOptimizer(inner)
+        return self.module.mixed_precision.LossScaleOptimizer(inner)
+
+    def scale_loss(self, optimizer: Any, loss: Any) -> Any:
+        if self.is_keras3:
+            return optimizer.scale_loss(loss)
+        return optimizer.get_scaled_loss(loss)
+
+    def apply_gradients(self, optimizer: Any, grads: list, variables: list, scaled: bool) -> None:
+        """Apply (possibly loss-scaled) gradients.
+
+        Both LossScaleOptimizers skip the update and halve the scale when a
+        gradient is not finite; Keras 3's unscales inside `apply`, tf-keras
+        needs `get_unscaled_gradients` first.
+        """
+        if self.is_keras3:
+            optimizer.apply(grads, variables)
+            return
+        if scaled:
+            grads = optimizer.get_unscaled_gradients(grads)
+        optimizer.apply_gradients(zip(grads, variables))
+
+    def loss_scale(self, optimizer: Any) -> float:
+        if self.is_keras3:
+            scale = optimizer.dynamic_scale if optimizer.built else optimizer.initial_scale
+            return float(scale)
+        return float(optimizer.loss_scale)
+
+    def loss_function(self, identifier: Any) -> Any:
+        return self.module.losses.get(identifier)
+
     def layer_policy(self, layer: Any) -> tuple[str, str, str]:
         """(policy name, compute dtype, variable dtype) of a built layer."""
         policy = layer.dtype_policy

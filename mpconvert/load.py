@@ -85,12 +85,13 @@ def read_stored_config(path: Path, fmt: str) -> dict:
 
             with h5py.File(path, "r") as handle:
                 raw = handle.attrs.get("model_config")
+                training = handle.attrs.get("training_config")
             if raw is None:
                 raise MpconvertError(
                     f"{path} holds weights only (no model_config)",
                     hint="save the whole model with model.save('model.h5'), not save_weights",
                 )
-            return json.loads(raw if isinstance(raw, str) else raw.decode("utf-8"))
+            return {"model_config": _json(raw), "training_config": _json(training) if training is not None else None}
         return _savedmodel_config(path)
     except MpconvertError:
         raise
@@ -99,6 +100,28 @@ def read_stored_config(path: Path, fmt: str) -> dict:
             f"cannot read {path}: the file is damaged or not a Keras model ({_first_line(exc)})",
             hint="check that the file was completely written, e.g. re-save or re-download it",
         ) from exc
+
+
+def _json(raw: str | bytes) -> Any:
+    return json.loads(raw if isinstance(raw, str) else raw.decode("utf-8"))
+
+
+def saved_loss(loaded: "Loaded") -> Any:
+    """The loss the model was compiled with, as stored in the file, or None."""
+    stored = loaded.stored_config
+    if loaded.format == "keras":
+        compile_config = stored.get("compile_config") or {}
+    elif loaded.format == "h5":
+        compile_config = stored.get("training_config") or {}
+    else:
+        compile_config = (stored.get("root") or {}).get("training_config") or {}
+    loss = compile_config.get("loss")
+    # Per-output losses: the fine-tune trains on the first output.
+    if isinstance(loss, list) and loss:
+        return loss[0]
+    if isinstance(loss, dict) and "class_name" not in loss and loss:
+        return next(iter(loss.values()))
+    return loss
 
 
 def _savedmodel_config(path: Path) -> dict:

@@ -8,7 +8,7 @@ must not overlap) happens here, once.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import MpconvertError
@@ -51,12 +51,35 @@ class RewriteOptions:
 
 @dataclass(frozen=True)
 class ValidateOptions:
-    data: Path | None = None
+    # An .npz path, or a "module:function" returning (train, validation)
+    data: Path | str | None = None
     metric: str | None = None  # None: accuracy for classifiers, mse otherwise
     max_drop: float = DEFAULT_MAX_DROP
     # Rows drawn when no data is given; enough to see drift, cheap to run.
     generated_samples: int = 64
     seed: int = 0
+
+
+# Fine-tuning defaults: a short, gentle run. Adam at 1e-4 moves float32
+# master weights a little without undoing the original training.
+DEFAULT_FINETUNE_STEPS = 100
+DEFAULT_LEARNING_RATE = 1e-4
+DEFAULT_BATCH_SIZE = 32
+
+
+@dataclass(frozen=True)
+class FinetuneOptions:
+    # None: DEFAULT_FINETUNE_STEPS when the data has a training split, else 0
+    steps: int | None = None
+    learning_rate: float = DEFAULT_LEARNING_RATE
+    batch_size: int = DEFAULT_BATCH_SIZE
+    seed: int = 0
+    loss: str | None = None  # None: the model's saved loss, else one for its output
+
+    def resolved(self, has_train: bool) -> "FinetuneOptions":
+        if self.steps is not None:
+            return self
+        return replace(self, steps=DEFAULT_FINETUNE_STEPS if has_train else 0)
 
 
 @dataclass(frozen=True)
@@ -73,9 +96,9 @@ class ConvertOptions:
     validate: ValidateOptions
     export: ExportOptions
     out: Path
+    finetune: FinetuneOptions = FinetuneOptions()
     force: bool = False
     quiet: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def default_out_dir(model_path: Path, policy: str) -> Path:

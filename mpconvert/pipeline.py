@@ -1,6 +1,6 @@
 """The one place where the stage order lives.
 
-load -> rewrite -> validate -> export -> report. Each stage is a function
+load -> rewrite -> finetune -> validate -> export -> report. Each stage is a function
 with explicit inputs that returns a result object; this module only wires
 them together, times them and stages the output folder.
 """
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from .data import EvalData, Split, Task, load_npz
+from .data import EvalData, Split, Task, is_callable_spec, load_callable, load_npz
+from .finetune import StepCallback, finetune
 from .export import export_all
-from .load import Loaded, load_model
+from .load import Loaded, load_model, saved_loss
 from .options import ConvertOptions, LoadOptions, RewriteOptions, ValidateOptions
 from .outdir import check_output, staged_output
 from .report import Report
@@ -22,17 +24,22 @@ from .rewrite import Plan, model_class, model_config, output_activation, plan_co
 from .signature import Signature, generate_inputs, signature_of
 from .validate import choose_metric, validate
 
-Progress = Callable[[str], None]
+@dataclass(frozen=True)
+class Hooks:
+    """How a caller watches a run: stage starts and fine-tune steps."""
+
+    stage: Callable[[str], None] = lambda name: None
+    finetune_step: StepCallback | None = None
 
 
 @dataclass
 class _Clock:
+    hooks: Hooks
     timings: dict[str, float] = field(default_factory=dict)
-    progress: Progress = lambda message: None
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        self.progress(name)
+        self.hooks.stage(name)
         start = time.perf_counter()
         try:
             yield
@@ -52,8 +59,10 @@ def task_of(loaded: Loaded, signature: Signature) -> Task:
 
 
 def eval_data(loaded: Loaded, signature: Signature, task: Task, options: ValidateOptions) -> EvalData:
+    if isinstance(options.data, str) and is_callable_spec(options.data):
+        return load_callable(options.data, signature, task)
     if options.data is not None:
-        return load_npz(options.data, signature, task)
+        return load_npz(Path(options.data), signature, task)
     inputs = generate_inputs(loaded.model, signature, options.generated_samples, options.seed)
     return EvalData(Split(tuple(inputs), None), None, "generated")
 
@@ -66,10 +75,11 @@ def inspect(options: LoadOptions, rewrite_options: RewriteOptions) -> tuple[Load
     return loaded, plan
 
 
-def convert(options: ConvertOptions, progress: Progress = lambda message: None) -> Report:
-    inputs = [options.load.path] + ([options.validate.data] if options.validate.data else [])
+def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
+    data_file = options.validate.data
+    inputs = [options.load.path] + ([Path(data_file)] if data_file and not is_callable_spec(str(data_file)) else [])
     out = check_output(options.out, inputs, options.force)
-    clock = _Clock(progress=progress)
+    clock = _Clock(hooks)
     with clock.stage("load"):
         loaded = load_model(options.load)
         signature = signature_of(loaded.model)
@@ -80,6 +90,22 @@ def convert(options: ConvertOptions, progress: Progress = lambda message: None) 
         with clock.stage("rewrite"):
             smoke = [x[:2] for x in data.validation.inputs]
             rewritten = rewrite(loaded.model, loaded.framework, options.rewrite, smoke)
+        tuning = None
+        finetune_options = options.finetune.resolved(has_train=data.train is not None)
+        if finetune_options.steps:
+            with clock.stage("finetune"):
+                tuning = finetune(
+                    loaded.framework,
+                    loaded.model,
+                    rewritten.model,
+                    data,
+                    task,
+                    metric,
+                    options.rewrite.policy,
+                    finetune_options,
+                    saved_loss=saved_loss(loaded),
+                    on_step=hooks.finetune_step,
+                )
         with clock.stage("validate"):
             validation, _ = validate(loaded.model, rewritten.model, data, task, metric, options.validate.max_drop)
         report = Report(
@@ -93,6 +119,7 @@ def convert(options: ConvertOptions, progress: Progress = lambda message: None) 
             },
             layers=rewritten.plan.as_dicts(),
             validation=validation.as_dict(),
+            finetune=tuning.as_dict() if tuning else None,
             timings=clock.timings,
             out=str(out),
         )

@@ -51,6 +51,7 @@ class Report:
     source: dict
     layers: list[dict]
     validation: dict
+    finetune: dict | None = None
     artifacts: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict = field(default_factory=versions)
@@ -70,6 +71,7 @@ class Report:
             "policy": self.policy,
             "source": self.source,
             "layers": self.layers,
+            "finetune": self.finetune,
             "validation": self.validation,
             "artifacts": self.artifacts,
             "versions": self.versions,
@@ -107,6 +109,8 @@ def render_summary(report: Report, stream: IO[str] | None = None) -> None:
         console.print(f"    {layer['name']} ({layer['class_name']}): {layer['pinned']}")
     if len(pinned) > 8:
         console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
+    if report.finetune:
+        _render_finetune(console, report.finetune)
     _render_validation(console, report.validation)
     if report.artifacts:
         table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
@@ -119,6 +123,24 @@ def render_summary(report: Report, stream: IO[str] | None = None) -> None:
         console.print(f"  report: {Path(report.out) / REPORT_NAME}")
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/] (accuracy gate, exit code 3)"
     console.print(verdict)
+
+
+def _render_finetune(console: Console, f: dict) -> None:
+    scale = f["loss_scale"]
+    scale_text = f", loss scale {scale['initial']:g} -> {scale['final']:g}" if scale else ""
+    console.print(
+        f"  fine-tune: {f['steps']} steps ({f['skipped_steps']} skipped{scale_text}), "
+        f"{f['metric']} {_fmt(f['metric_before'])} -> {_fmt(f['metric_after'])}, kept {f['kept']} weights"
+    )
+    if f["step_time_ratio"] is not None:
+        st = f["step_time"]
+        console.print(
+            f"    train step {st['converted_ms']:.1f} ms vs float32 {st['float32_ms']:.1f} ms "
+            f"(x{f['step_time_ratio']:.2f})"
+        )
+    if not f["healthy"]:
+        console.print(f"  [bold yellow]fine-tune stopped[/]: {f['problem']}; the weights from before it were kept")
+        console.print(f"    try: {f['advice']}")
 
 
 def _render_validation(console: Console, v: dict) -> None:

@@ -75,11 +75,31 @@ def test_sample_converts_and_passes_the_gate(converted, name, policy):
     assert v["reference"] >= 0.94 and v["drop"] <= v["max_drop"] == 0.01
     assert v["drop"] == pytest.approx(v["reference"] - v["converted"])
     assert 0.97 <= v["agreement"] <= 1.0
-    assert 0 < v["max_abs_diff"] < PARITY[policy] * 2
+    if report["finetune"]["kept"] == "rewritten":  # fine-tuned weights move further, by design
+        assert 0 < v["max_abs_diff"] < PARITY[policy] * 2
     for key in ("path", "format"):
         assert report["source"][key]
     assert set(report["versions"]) >= {"python", "tensorflow", "keras", "tf_keras", "tf2onnx", "onnx", "onnxruntime"}
     assert set(report["timings"]) >= {"load", "rewrite", "validate", "export"}
+
+
+@pytest.mark.parametrize("name,policy", CONVERSIONS)
+def test_samples_fine_tune_by_default_and_never_get_worse(converted, name, policy):
+    _, _, report = converted[name, policy]
+    ft = report["finetune"]
+    assert ft["steps"] == ft["requested_steps"] == 100 and ft["healthy"] and ft["skipped_steps"] == 0
+    assert ft["kept"] in ("finetuned", "rewritten")
+    # no harm: the validated model is at least as good as before fine-tuning
+    assert report["validation"]["converted"] >= ft["metric_before"]
+    if ft["kept"] == "finetuned":
+        assert ft["metric_after"] == report["validation"]["converted"]
+    if policy == "mixed_float16":  # Keras 3 and tf-keras loss-scale optimizers
+        assert ft["loss_scale"]["initial"] == 32768.0 and ft["loss_scale"]["min"] > 1
+    else:
+        assert ft["loss_scale"] is None
+    assert ft["loss"]["first"] > 0 and ft["loss"]["last"] > 0
+    assert ft["step_time"]["float32_ms"] > 0 and ft["step_time_ratio"] > 0
+    assert ft["loss_function"].endswith("(saved with the model)")
 
 
 @pytest.mark.parametrize("name,policy", CONVERSIONS)

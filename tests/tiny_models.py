@@ -72,3 +72,17 @@ def float16_overflow(K, seed: int = 0):
     hidden.set_weights([rng.standard_normal((8, 16)).astype("float32") * 3e4, np.zeros(16, "float32")])
     out.set_weights([rng.standard_normal((16, 3)).astype("float32") * 1e-4, np.zeros(3, "float32")])
     return model
+
+
+def gradient_overflow(K, seed: int = 0):
+    """A regressor whose forward pass is fine in float16 but whose gradients are not.
+
+    The float32 output layer has weights ~3e5, so the gradient flowing back
+    into the 16-bit hidden layer is ~1e10 even before loss scaling: above
+    float16's 65504 at any scale, so every step is skipped and a dynamic loss
+    scale halves all the way down to 1.
+    """
+    model = regression(K)
+    rng = np.random.default_rng(seed)
+    model.get_layer("value").set_weights([rng.standard_normal((16, 1)).astype("float32") * 3e5, np.zeros(1, "float32")])
+    return model

@@ -1,0 +1,292 @@
+"""A brief fine-tune of the converted model, with loss scaling and health checks.
+
+16-bit compute shifts a model's numbers slightly; a few hundred steps in the
+new precision let the float32 master weights adapt. It is also where mixed
+precision fails quietly in practice, so every step is watched: the loss must
+stay finite, the loss scale must not collapse to 1, and most steps must not
+be skipped. On any of those the run stops and the weights from before the
+fine-tune are restored. Afterwards the better of the two weight sets, by the
+validation metric, is kept (no harm).
+
+The loop is explicit rather than `fit` so that skipped steps and the loss
+scale can be observed per step, through both frameworks' LossScaleOptimizer.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .data import EvalData, Split, Task
+from .errors import MpconvertError
+from .frameworks import Framework
+from .options import FinetuneOptions
+from .rewrite import model_config
+from .validate import metric_value, predict
+
+# A fresh dynamic loss scale starts at 2**15 and halves on each overflow, so
+# a handful of skipped steps at the start is normal; more than half of all
+# steps, once there have been this many, is not.
+MIN_STEPS_FOR_SKIP_CHECK = 20
+MAX_SKIPPED_SHARE = 0.5
+# Steps timed on the float32 original for the step-time ratio (after one
+# warm-up step that traces the function).
+TIMED_STEPS = 5
+
+StepCallback = Callable[[int, int, float, float | None], None]
+
+
+@dataclass(frozen=True)
+class Finetune:
+    steps: int  # steps run (fewer than requested when a health check stopped it)
+    requested_steps: int
+    skipped_steps: int
+    loss_scale: dict | None  # {initial, final, min}; None without loss scaling (bfloat16)
+    loss: dict  # {first, last}
+    metric: str
+    metric_before: float
+    metric_after: float | None  # None when stopped by a health check
+    kept: str  # "finetuned" or "rewritten"
+    seconds: float
+    step_time: dict  # {float32_ms, converted_ms}
+    step_time_ratio: float | None  # converted / float32; below 1 is faster
+    healthy: bool
+    problem: str | None  # what went wrong, in plain words
+    advice: str | None  # what to try
+    loss_function: str
+    learning_rate: float
+    batch_size: int
+    seed: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_loss(task: Task) -> str:
+    return {
+        "softmax": "sparse_categorical_crossentropy",
+        "sigmoid": "binary_crossentropy",
+    }.get(task.kind, "mean_squared_error")
+
+
+def resolve_loss(framework: Framework, requested: str | None, saved: Any, task: Task) -> tuple[Any, str]:
+    """(loss function, its name): --loss, else the model's saved loss, else by output kind."""
+    for identifier, origin in ((requested, "--loss"), (saved, "saved with the model")):
+        if identifier is None:
+            continue
+        try:
+            function = framework.loss_function(identifier)
+        except (ValueError, TypeError) as exc:
+            if origin == "--loss":
+                raise MpconvertError(
+                    f"unknown loss {identifier!r} for {framework.name}: {exc}",
+                    hint="use a Keras loss name such as sparse_categorical_crossentropy, "
+                    "binary_crossentropy or mean_squared_error",
+                ) from None
+            continue  # a custom saved loss we cannot rebuild: fall back to the default
+        name = identifier if isinstance(identifier, str) else getattr(function, "name", str(identifier))
+        return function, f"{name} ({origin})"
+    name = default_loss(task)
+    return framework.loss_function(name), f"{name} (default for a {task.kind} output)"
+
+
+class _Batches:
+    """Deterministic mini-batches: a fresh seeded permutation per epoch."""
+
+    def __init__(self, split: Split, batch_size: int, seed: int):
+        self.split = split
+        self.batch_size = min(batch_size, split.rows)
+        self.rng = np.random.default_rng(seed)
+        self.order: np.ndarray = np.empty(0, dtype=np.int64)
+
+    def next(self) -> tuple[list[np.ndarray], np.ndarray]:
+        if len(self.order) < self.batch_size:
+            self.order = np.concatenate([self.order, self.rng.permutation(self.split.rows)])
+        take, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
+        return [x[take] for x in self.split.inputs], self.split.labels[take]
+
+
+class _Trainer:
+    """One model, one optimizer, and a traced gradient step."""
+
+    def __init__(self, framework: Framework, model: Any, loss_fn: Any, learning_rate: float, loss_scaling: bool):
+        import tensorflow as tf
+
+        self.framework = framework
+        self.model = model
+        self.scaled = loss_scaling
+        self.optimizer = framework.optimizer(learning_rate, loss_scaling)
+        variables = model.trainable_variables
+        if framework.is_keras3:
+            self.optimizer.build(variables)
+
+        @tf.function(reduce_retracing=True)
+        def gradients(inputs, labels):
+            with tf.GradientTape() as tape:
+                outputs = model(inputs if len(inputs) > 1 else inputs[0], training=True)
+                outputs = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+                loss = tf.reduce_mean(tf.cast(loss_fn(labels, outputs), tf.float32))
+                if model.losses:
+                    loss += tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
+                target = framework.scale_loss(self.optimizer, loss) if loss_scaling else loss
+            grads = tape.gradient(target, variables)
+            finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None])
+            return loss, grads, finite
+
+        @tf.function(reduce_retracing=True)
+        def apply(grads):
+            framework.apply_gradients(self.optimizer, list(grads), variables, loss_scaling)
+
+        self._gradients = gradients
+        self._apply = apply
+
+    def step(self, inputs: list[np.ndarray], labels: np.ndarray) -> tuple[float, bool]:
+        """Run one step; returns (loss, whether the update was applied)."""
+        loss, grads, finite = self._gradients(inputs, labels)
+        finite = bool(finite)
+        # A LossScaleOptimizer must see non-finite gradients: skipping them
+        # and halving the scale is its job. Without loss scaling a NaN update
+        # would ruin the weights, so it is dropped here.
+        if finite or self.scaled:
+            self._apply(grads)
+        return float(loss), finite
+
+    def loss_scale(self) -> float | None:
+        return self.framework.loss_scale(self.optimizer) if self.scaled else None
+
+
+def _timed_float32_step(framework: Framework, original: Any, loss_fn: Any, options: FinetuneOptions, batches: list) -> float:
+    """Median train-step time of a float32 copy of the original, in ms.
+
+    A copy, because the original's weights must never change.
+    """
+    copy = framework.model_from_config(original, model_config(original))
+    copy.set_weights(original.get_weights())
+    trainer = _Trainer(framework, copy, loss_fn, options.learning_rate, loss_scaling=False)
+    trainer.step(*batches[0])  # traces
+    times = []
+    for inputs, labels in batches[1 : TIMED_STEPS + 1]:
+        start = time.perf_counter()
+        trainer.step(inputs, labels)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def _health(step: int, loss: float, skipped: int, scale: float | None, policy: str) -> tuple[str, str] | None:
+    """(problem, advice) when training went wrong, else None."""
+    if not np.isfinite(loss):
+        return (
+            f"the loss became {loss} at step {step}: activations overflow 16 bits",
+            "keep the overflowing layers in float32 with --keep-float32 NAME, "
+            + ("or use mixed_bfloat16 (float32's range), " if policy == "mixed_float16" else "")
+            + "or lower --learning-rate",
+        )
+    if scale is not None and scale <= 1.0:
+        return (
+            f"the loss scale collapsed to {scale:g} by step {step} ({skipped} steps skipped): "
+            "gradients overflow float16 even unscaled, so the model cannot learn",
+            "keep the layers with huge gradients in float32 (--keep-float32 NAME), use mixed_bfloat16, "
+            "or lower --learning-rate",
+        )
+    if step >= MIN_STEPS_FOR_SKIP_CHECK and skipped > MAX_SKIPPED_SHARE * step:
+        return (
+            f"{skipped} of {step} steps were skipped because their gradients were not finite",
+            "lower --learning-rate, use mixed_bfloat16, or keep unstable layers in float32 with --keep-float32",
+        )
+    return None
+
+
+def finetune(
+    framework: Framework,
+    original: Any,
+    model: Any,
+    data: EvalData,
+    task: Task,
+    metric: str,
+    policy: str,
+    options: FinetuneOptions,
+    saved_loss: Any = None,
+    on_step: StepCallback | None = None,
+) -> Finetune:
+    """Fine-tune `model` (the converted one) in place; `original` is only read."""
+    train = data.train
+    if train is None or train.labels is None:
+        raise MpconvertError(
+            "fine-tuning needs training data, but the data has no x_train/y_train",
+            hint="add x_train and y_train to the .npz, or pass --finetune-steps 0",
+        )
+    started = time.perf_counter()
+    framework.set_seed(options.seed)
+    loss_fn, loss_name = resolve_loss(framework, options.loss, saved_loss, task)
+    validation = data.validation
+    before_weights = model.get_weights()
+    metric_before = metric_value(metric, task, predict(model, validation.inputs)[0], validation.labels)
+
+    batches = _Batches(train, options.batch_size, options.seed)
+    timing_batches = [batches.next() for _ in range(TIMED_STEPS + 1)]
+    float32_ms = _timed_float32_step(framework, original, loss_fn, options, timing_batches)
+    batches = _Batches(train, options.batch_size, options.seed)  # the same batches again
+
+    trainer = _Trainer(framework, model, loss_fn, options.learning_rate, loss_scaling=policy == "mixed_float16")
+    initial_scale = trainer.loss_scale()
+    scales: list[float] = []
+    losses: list[float] = []
+    times: list[float] = []
+    skipped = 0
+    problem = None
+    for step in range(1, options.steps + 1):
+        inputs, labels = batches.next()
+        start = time.perf_counter()
+        loss, applied = trainer.step(inputs, labels)
+        times.append(time.perf_counter() - start)
+        skipped += not applied
+        losses.append(loss)
+        scale = trainer.loss_scale()
+        if scale is not None:
+            scales.append(scale)
+        if on_step:
+            on_step(step, options.steps, loss, scale)
+        problem = _health(step, loss, skipped, scale, policy)
+        if problem:
+            break
+
+    if problem:
+        model.set_weights(before_weights)
+        metric_after, kept = None, "rewritten"
+    else:
+        metric_after = metric_value(metric, task, predict(model, validation.inputs)[0], validation.labels)
+        better = metric_after >= metric_before if metric == "accuracy" else metric_after <= metric_before
+        if better:
+            kept = "finetuned"
+        else:
+            model.set_weights(before_weights)
+            kept = "rewritten"
+    converted_ms = statistics.median(times[1:] or times) * 1000
+    finite_losses = [x for x in losses if np.isfinite(x)]
+    return Finetune(
+        steps=len(losses),
+        requested_steps=options.steps,
+        skipped_steps=skipped,
+        loss_scale=(
+            {"initial": initial_scale, "final": scales[-1], "min": min(scales)} if initial_scale is not None and scales else None
+        ),
+        loss={"first": finite_losses[0] if finite_losses else None, "last": losses[-1] if np.isfinite(losses[-1]) else None},
+        metric=metric,
+        metric_before=metric_before,
+        metric_after=metric_after,
+        kept=kept,
+        seconds=time.perf_counter() - started,
+        step_time={"float32_ms": round(float32_ms, 3), "converted_ms": round(converted_ms, 3)},
+        step_time_ratio=round(converted_ms / float32_ms, 3) if float32_ms > 0 else None,
+        healthy=problem is None,
+        problem=problem[0] if problem else None,
+        advice=problem[1] if problem else None,
+        loss_function=loss_name,
+        learning_rate=options.learning_rate,
+        batch_size=options.batch_size,
+        seed=options.seed,
+    )

@@ -1,0 +1,178 @@
+"""Fine-tuning: loss scaling through both frameworks, health checks, no harm, determinism."""
+
+import json
+import os
+import textwrap
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras
+import numpy as np
+import pytest
+import tf_keras
+from click.testing import CliRunner
+
+import tiny_models
+from conftest import SAMPLES
+from mpconvert.cli import cli
+from mpconvert.data import EvalData, Split, Task
+from mpconvert.frameworks import KERAS3, TF_KERAS
+from mpconvert.options import FinetuneOptions, RewriteOptions
+from mpconvert.rewrite import rewrite
+from mpconvert.signature import signature_of
+
+FRAMEWORKS = [pytest.param((keras, KERAS3), id="keras3"), pytest.param((tf_keras, TF_KERAS), id="tf_keras")]
+
+
+def regression_data(model, rows=256, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2 * rows, 8)).astype("float32")
+    y = (x[:, :1] * 0.5).astype("float32")
+    return EvalData(Split((x[:rows],), y[:rows]), Split((x[rows:],), y[rows:]), "npz")
+
+
+def run_finetune(K, framework, model, data, task, metric, policy, **options):
+    from mpconvert.finetune import finetune
+
+    converted = rewrite(model, framework, RewriteOptions(policy), [data.validation.inputs[0][:2]]).model
+    before = [w.copy() for w in converted.get_weights()]
+    result = finetune(framework, model, converted, data, task, metric, policy, FinetuneOptions(**options))
+    return result, converted, before
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_loss_scale_collapse_stops_training_and_restores_the_weights(fw):
+    K, framework = fw
+    model = tiny_models.gradient_overflow(K)
+    original = [w.copy() for w in model.get_weights()]
+    data = regression_data(model)
+    task = Task("regression", signature_of(model).outputs[0])
+    result, converted, before = run_finetune(K, framework, model, data, task, "mse", "mixed_float16", steps=60)
+    assert not result.healthy
+    assert "loss scale collapsed" in result.problem
+    assert "--keep-float32" in result.advice and "mixed_bfloat16" in result.advice
+    # 2**15 halves to 1 in 15 skipped steps; the check stops it right there
+    assert result.loss_scale == {"initial": 32768.0, "final": 1.0, "min": 1.0}
+    assert result.steps == result.skipped_steps == 15
+    assert result.kept == "rewritten" and result.metric_after is None
+    for a, b in zip(before, converted.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(original, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_nan_loss_stops_at_the_first_step():
+    model = tiny_models.float16_overflow(keras)
+    x = np.random.default_rng(0).standard_normal((64, 8)).astype("float32")
+    y = model.predict(x, verbose=0).argmax(axis=1)
+    data = EvalData(Split((x,), y), Split((x,), y), "npz")
+    task = Task("softmax", signature_of(model).outputs[0])
+    result, converted, before = run_finetune(keras, KERAS3, model, data, task, "accuracy", "mixed_float16", steps=50)
+    assert not result.healthy and result.steps == 1
+    assert "the loss became nan" in result.problem
+    for a, b in zip(before, converted.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_bfloat16_trains_without_loss_scaling_and_improves_a_regressor(fw):
+    K, framework = fw
+    model = tiny_models.regression(K)
+    data = regression_data(model)
+    task = Task("regression", signature_of(model).outputs[0])
+    result, _, _ = run_finetune(K, framework, model, data, task, "mse", "mixed_bfloat16", steps=150, learning_rate=3e-3)
+    assert result.healthy and result.loss_scale is None and result.skipped_steps == 0
+    # An untrained regressor on y = x0 / 2: fine-tuning must lower the error.
+    assert result.kept == "finetuned" and result.metric_after < result.metric_before
+    assert result.loss["last"] < result.loss["first"]
+    assert result.step_time["float32_ms"] > 0 and result.step_time_ratio > 0
+
+
+def test_no_harm_keeps_the_better_weights():
+    # A learning rate this large wrecks a trained classifier; the fine-tuned
+    # weights must then be thrown away.
+    model = keras.models.load_model(SAMPLES / "cancer_mlp.keras", compile=False)
+    with np.load(SAMPLES / "data" / "breast_cancer.npz") as npz:
+        data = EvalData(
+            Split((npz["x"],), npz["y"].reshape(-1, 1).astype("float32")),
+            Split((npz["x_train"],), npz["y_train"].reshape(-1, 1).astype("float32")),
+            "npz",
+        )
+    task = Task("sigmoid", signature_of(model).outputs[0])
+    result, converted, before = run_finetune(keras, KERAS3, model, data, task, "accuracy", "mixed_float16", steps=40, learning_rate=0.3)
+    assert result.metric_after < result.metric_before
+    assert result.kept == "rewritten"
+    for a, b in zip(before, converted.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_same_seed_same_numbers(fw):
+    K, framework = fw
+    results = []
+    for _ in range(2):
+        K.utils.set_random_seed(1)
+        model = tiny_models.regression(K)
+        data = regression_data(model)
+        task = Task("regression", signature_of(model).outputs[0])
+        result, _, _ = run_finetune(K, framework, model, data, task, "mse", "mixed_float16", steps=30, seed=7)
+        results.append((result.loss, result.metric_before, result.metric_after, result.loss_scale))
+    assert results[0] == results[1]
+
+
+def test_cli_runs_give_identical_reports_with_the_same_seed(tmp_path):
+    reports = []
+    for i in range(2):
+        out = tmp_path / f"run{i}"
+        result = CliRunner().invoke(
+            cli,
+            [str(SAMPLES / "digits_cnn.keras"), "--policy", "mixed_float16", "--data", str(SAMPLES / "data" / "digits.npz"),
+             "--out", str(out), "--export", "savedmodel", "--finetune-steps", "20", "--seed", "3"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        report = json.loads((out / "report.json").read_text())
+        ft = report["finetune"]
+        reports.append((ft["loss"], ft["metric_before"], ft["metric_after"], ft["kept"], report["validation"]["converted"]))
+    assert reports[0] == reports[1]
+
+
+def test_data_function_feeds_fine_tuning_from_a_tf_data_pipeline(tmp_path, monkeypatch):
+    (tmp_path / "cancer_pipeline.py").write_text(
+        textwrap.dedent(
+            f"""
+            import numpy as np
+            import tensorflow as tf
+
+            def load():
+                with np.load({str(SAMPLES / "data" / "breast_cancer.npz")!r}) as npz:
+                    train = tf.data.Dataset.from_tensor_slices((npz["x_train"], npz["y_train"])).batch(50)
+                    return train, (npz["x"], npz["y"])
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli,
+        [str(SAMPLES / "cancer_mlp.keras"), "--policy", "mixed_bfloat16", "--data", "cancer_pipeline:load",
+         "--out", str(out), "--export", "savedmodel", "--finetune-steps", "10"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["validation"]["data"] == "callable" and report["validation"]["rows"] == 143
+    assert report["finetune"]["steps"] == 10
+    assert report["finetune"]["loss_function"].startswith("binary_crossentropy")
+
+
+def test_fine_tuning_without_a_training_split_is_a_clear_error(tmp_path):
+    with np.load(SAMPLES / "data" / "digits.npz") as npz:
+        np.savez(tmp_path / "val.npz", x=npz["x"], y=npz["y"])
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli,
+        [str(SAMPLES / "digits_cnn.keras"), "--policy", "mixed_float16", "--data", str(tmp_path / "val.npz"),
+         "--out", str(out), "--finetune-steps", "5"],
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "x_train" in result.stderr and "--finetune-steps 0" in result.stderr
+    assert not out.exists()
