@@ -86,3 +86,27 @@ def gradient_overflow(K, seed: int = 0):
     rng = np.random.default_rng(seed)
     model.get_layer("value").set_weights([rng.standard_normal((16, 1)).astype("float32") * 3e5, np.zeros(1, "float32")])
     return model
+
+
+def unfriendly(K):
+    """Every kind of dimension issue 4 names: 30 input features, Dense(100),
+    Conv2D(30), a Flatten into the head and a 10-way softmax output."""
+    x = K.Input((30,), name="features")
+    h = K.layers.Dense(100, activation="relu", name="dense100")(x)
+    h = K.layers.Dense(64, activation="relu", name="dense64")(h)
+    h = K.layers.Reshape((8, 8, 1), name="to_image")(h)
+    c = K.layers.Conv2D(30, 3, padding="same", name="conv30")(h)
+    c = K.layers.BatchNormalization(name="bn30")(c)
+    c = K.layers.ReLU(name="relu30")(c)
+    c = K.layers.MaxPooling2D(name="pool")(c)
+    f = K.layers.Flatten(name="flatten")(c)
+    out = K.layers.Dense(10, activation="softmax", name="predictions")(f)
+    return K.Model(x, out, name="unfriendly")
+
+
+def layernorm_after_dense(K):
+    x = K.Input((32,), name="features")
+    h = K.layers.Dense(100, name="dense100")(x)
+    h = K.layers.LayerNormalization(name="ln")(h)
+    out = K.layers.Dense(4, activation="softmax", name="predictions")(h)
+    return K.Model(x, out, name="with_layernorm")

@@ -1,0 +1,156 @@
+"""Tensor-Core padding: which dimensions, exact numbers, and the exported ONNX graph."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import keras
+import numpy as np
+import onnx
+import pytest
+import tensorflow as tf
+import tf_keras
+
+import tiny_models
+from mpconvert.frameworks import KERAS3, TF_KERAS
+from mpconvert.onnx_export import keras_to_onnx, run_onnx
+from mpconvert.options import PadOptions, RewriteOptions
+from mpconvert.pad import TOLERANCE_16BIT, pad
+from mpconvert.rewrite import rewrite
+from mpconvert.signature import generate_inputs, signature_of
+
+FRAMEWORKS = {"keras3": (keras, KERAS3), "tf_keras": (tf_keras, TF_KERAS)}
+
+
+def with_batchnorm_statistics(model):
+    """Non-trivial BatchNormalization statistics, so neutral padding is really tested."""
+    for layer in model.layers:
+        if type(layer).__name__ == "BatchNormalization":
+            gamma, beta, mean, var = layer.get_weights()
+            layer.set_weights([gamma * 1.5, beta + 0.1, mean + 0.2, var * 2.0])
+    return model
+
+
+def convert_and_pad(model, framework, policy="mixed_float16", **pad_options):
+    inputs = generate_inputs(model, signature_of(model), 64, seed=0)
+    converted = rewrite(model, framework, RewriteOptions(policy), [x[:2] for x in inputs]).model
+    return converted, pad(converted, framework, PadOptions(**pad_options), inputs, policy), inputs
+
+
+@pytest.mark.parametrize(
+    "fw,policy", [("keras3", "mixed_float16"), ("keras3", "mixed_bfloat16"), ("tf_keras", "mixed_float16")]
+)
+def test_every_unfriendly_dimension_is_padded_and_the_function_is_unchanged(fw, policy):
+    K, framework = FRAMEWORKS[fw]
+    model = with_batchnorm_statistics(tiny_models.unfriendly(K))
+    converted, result, inputs = convert_and_pad(model, framework, policy)
+    report = result.report
+    assert [(d["layer"], d["dim"], d["from"], d["to"]) for d in report["padded"]] == [
+        ("conv30", "filters", 30, 32),
+        ("dense100", "units", 100, 104),
+        ("features", "features", 30, 32),
+        ("predictions_linear", "units", 10, 16),
+    ]
+    assert report["skipped"] == []
+    # Multiply-adds per sample, by hand: dense100 30*100, dense64 100*64,
+    # conv30 3*3*1*30 * 8*8 positions, head (4*4*30)*10 = 31480; padded:
+    # 32*104 + 104*64 + 3*3*1*32*64 + (4*4*32)*16 = 36608.
+    assert report["flops_overhead"] == pytest.approx(36608 / 31480 - 1, abs=1e-6)
+    assert report["passed"] and report["exported"] == "padded"
+    assert report["float32_max_abs_diff"] <= 1e-6
+    assert report["max_abs_diff"] <= TOLERANCE_16BIT[policy]
+    padded = result.model
+    assert tuple(padded.inputs[0].shape) == (None, 30) and tuple(padded.outputs[0].shape) == (None, 10)
+    assert padded.output_names == ["predictions"]
+    assert padded.get_layer("dense100").units == 104 and padded.get_layer("conv30").filters == 32
+    assert padded.get_layer("predictions").dtype_policy.compute_dtype == "float32"
+    assert padded.get_layer("dense100").dtype_policy.name == policy
+    # the converted model itself is untouched
+    assert converted.get_layer("dense100").units == 100
+    np.testing.assert_allclose(padded.predict(inputs[0], verbose=0), converted.predict(inputs[0], verbose=0), atol=TOLERANCE_16BIT[policy])
+
+
+def test_padded_weight_dimensions_in_the_onnx_graph_are_multiples_of_8(tmp_path):
+    model = with_batchnorm_statistics(tiny_models.unfriendly(keras))
+    converted, result, inputs = convert_and_pad(model, KERAS3)
+    path = tmp_path / "padded.onnx"
+    keras_to_onnx(result.model, [tf.TensorSpec((None, 30), tf.float32, name="features")], path)
+    proto = onnx.load(str(path))
+    inits = {i.name: i for i in proto.graph.initializer}
+    producers = {o: n for n in proto.graph.node for o in n.output}
+
+    def weight(node):
+        name = node.input[1]
+        while name not in inits:
+            name = producers[name].input[0]
+        return tuple(inits[name].dims)
+
+    shapes = {}
+    for node in proto.graph.node:
+        if node.op_type in ("MatMul", "Gemm", "Conv"):
+            shapes[node.name] = weight(node)
+    matmuls = sorted(s for s in shapes.values() if len(s) == 2)
+    convs = [s for s in shapes.values() if len(s) == 4]
+    # dense100 (32, 104), dense64 (104, 64), head (4*4*32, 16): every dimension a multiple of 8
+    assert matmuls == [(32, 104), (104, 64), (512, 16)]
+    assert convs == [(32, 1, 3, 3)]  # ONNX Conv weights are (out, in, kh, kw)
+    dims = lambda v: [d.dim_value or None for d in v.type.tensor_type.shape.dim]  # noqa: E731
+    assert dims(proto.graph.input[0]) == [None, 30] and dims(proto.graph.output[0]) == [None, 10]
+    run = run_onnx(path, {"features": inputs[0]})
+    np.testing.assert_allclose(run.outputs[0], converted.predict(inputs[0], verbose=0), atol=5e-3)
+
+
+@pytest.mark.parametrize("fw", ["keras3", "tf_keras"])
+def test_a_layernorm_after_dense100_is_skipped_with_its_reason(fw):
+    K, framework = FRAMEWORKS[fw]
+    _, result, _ = convert_and_pad(tiny_models.layernorm_after_dense(K), framework)
+    assert result.report["skipped"] == [
+        {"layer": "dense100", "dim": "units", "reason": "feeds LayerNormalization 'ln', which normalizes across this axis"},
+        {"layer": "predictions_linear", "dim": "units", "reason": "narrower than the multiple (4 < 8); padding would not pay"},
+    ]
+    assert result.model.get_layer("dense100").units == 100
+
+
+def test_the_overhead_budget_takes_the_cheapest_paddings_first():
+    # Costs by hand (multiply-adds): features +200, dense100 +376,
+    # conv30 +1472, head +2880 over 31480; a 5% budget fits the first two.
+    _, result, _ = convert_and_pad(tiny_models.unfriendly(keras), KERAS3, max_overhead=0.05)
+    assert [d["layer"] for d in result.report["padded"]] == ["dense100", "features"]
+    reasons = {s["layer"]: s["reason"] for s in result.report["skipped"]}
+    assert set(reasons) == {"conv30", "predictions_linear"}
+    assert all("--max-pad-overhead 0.05" in r for r in reasons.values())
+    assert result.report["flops_overhead"] <= 0.05
+
+
+def test_residual_branches_are_padded_together_or_not_at_all():
+    x = keras.Input((8, 8, 16), name="image")
+    a = keras.layers.Conv2D(30, 3, padding="same", name="a")(x)
+    b = keras.layers.Conv2D(30, 1, name="b")(x)
+    s = keras.layers.Add(name="sum")([a, b])
+    s = keras.layers.GlobalAveragePooling2D(name="gap")(s)
+    out = keras.layers.Dense(1, name="value")(s)
+    _, result, _ = convert_and_pad(keras.Model(x, out), KERAS3)
+    padded = {d["layer"]: d["to"] for d in result.report["padded"]}
+    assert padded == {"a": 32, "b": 32}
+    assert result.report["float32_max_abs_diff"] <= 1e-6
+
+
+def test_other_multiples_round_up_to_that_multiple():
+    _, result, _ = convert_and_pad(tiny_models.unfriendly(keras), KERAS3, multiple=16, max_overhead=1.0)
+    assert {(d["layer"], d["to"]) for d in result.report["padded"]} == {("conv30", 32), ("dense100", 112), ("features", 32)}
+    assert result.report["skipped"] == [
+        {"layer": "predictions_linear", "dim": "units", "reason": "narrower than the multiple (10 < 16); padding would not pay"}
+    ]
+    assert result.report["float32_max_abs_diff"] <= 1e-6
+
+
+@pytest.mark.parametrize("name", ["MobileNetV2", "EfficientNetB0"])
+def test_keras_applications_pad_and_keep_their_function(name):
+    model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=10)
+    _, result, _ = convert_and_pad(model, KERAS3)
+    report = result.report
+    assert report["passed"] and report["exported"] == "padded"
+    assert ("predictions_linear", 16) in {(d["layer"], d["to"]) for d in report["padded"]}
+    assert report["float32_max_abs_diff"] <= 1e-6
+    assert any(s["dim"] == "features" for s in report["skipped"])  # 3 image channels stay
+    assert tuple(result.model.outputs[0].shape) == (None, 10)
