@@ -82,6 +82,19 @@ class FinetuneOptions:
         return replace(self, steps=DEFAULT_FINETUNE_STEPS if has_train else 0)
 
 
+# Tensor Cores want multiples of 8 in float16; TPUs want 128.
+DEFAULT_PAD_MULTIPLE = 8
+# Padding that adds more than a quarter to the model's multiply-adds costs
+# more than Tensor Cores are likely to win back.
+DEFAULT_MAX_PAD_OVERHEAD = 0.25
+
+
+@dataclass(frozen=True)
+class PadOptions:
+    multiple: int = DEFAULT_PAD_MULTIPLE  # 0 turns padding off
+    max_overhead: float = DEFAULT_MAX_PAD_OVERHEAD
+
+
 @dataclass(frozen=True)
 class ExportOptions:
     kinds: tuple[str, ...] = EXPORT_KINDS
