@@ -1,24 +1,28 @@
 """Command line: builds the options object, maps errors to exit codes. No logic.
 
 `mpconvert MODEL --policy mixed_float16` is the main job; other verbs
-(`inspect`) are sub-commands. A first argument that is not a known verb is
-the model, so the bare form works as written.
+(`inspect`, `check`) are sub-commands. A first argument that is not a known
+verb is the model, so the bare form works as written.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import signal
 import sys
 import traceback
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from .errors import MpconvertError
 from .options import (
+    ARTIFACT_KINDS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_FINETUNE_STEPS,
     DEFAULT_LEARNING_RATE,
@@ -29,20 +33,24 @@ from .options import (
     ConvertOptions,
     ExportOptions,
     FinetuneOptions,
+    GateOptions,
     LoadOptions,
     RewriteOptions,
     ValidateOptions,
     default_out_dir,
 )
-from .report import EXIT_FAILED, EXIT_GATE, EXIT_OK, EXIT_USAGE
+from .report import EXIT_FAILED, EXIT_GATE, EXIT_OK, EXIT_USAGE, REPORT_NAME
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
-  {EXIT_OK}  converted, and the accuracy drop is within --max-drop
-  {EXIT_FAILED}  the input or the conversion failed (message on stderr)
+  {EXIT_OK}  converted (or re-checked), and every gate check passed
+  {EXIT_FAILED}  the input, the conversion or the report failed (message on
+     stderr); nothing is written
   {EXIT_USAGE}  usage error (bad option or value)
-  {EXIT_GATE}  converted, but the accuracy drop exceeds --max-drop
-     (artifacts and report.json are still written; the report says failed)
+  {EXIT_GATE}  converted (or re-checked), but a gate check failed: accuracy
+     drop, agreement, artifact parity, fine-tune health, padding proof or
+     baseline regression (report.json, --junit and --summary are still
+     written and name the failing checks)
 """
 
 
@@ -61,6 +69,23 @@ def _parse_exports(ctx: click.Context, param: click.Parameter, value: str) -> tu
     if unknown or not kinds:
         raise click.BadParameter(f"{value!r}: choose from {', '.join(EXPORT_KINDS)}, comma-separated")
     return kinds
+
+
+def _parse_tolerances(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]):
+    """`X` (every artifact kind) or `KIND=X`, repeatable -> ((kind or None, X), ...)."""
+    parsed = []
+    for value in values:
+        kind, sep, number = value.rpartition("=")
+        if sep and kind not in ARTIFACT_KINDS:
+            raise click.BadParameter(f"{value!r}: unknown artifact kind {kind!r}; choose from {', '.join(ARTIFACT_KINDS)}")
+        try:
+            x = float(number)
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and x >= 0):
+            raise click.BadParameter(f"{value!r}: expected X or KIND=X with X a number >= 0, e.g. 1e-3 or onnx=0.05")
+        parsed.append((kind or None, x))
+    return tuple(parsed)
 
 
 def _run(debug: bool, action) -> int:
@@ -100,6 +125,122 @@ unsafe_option = click.option(
     help="Allow Lambda layers, whose code runs while loading. Only for files you trust.",
 )
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks and framework logs.")
+quiet_option = click.option(
+    "--quiet", "-q", is_flag=True, help="Print nothing but errors (and what --json or --summary - ask for)."
+)
+
+
+def gate_options(stored: bool):
+    """Thresholds and outputs shared by `convert` and `check`.
+
+    For `check` (stored=True) an absent threshold keeps the report's value.
+    """
+    from .gate import DEFAULT_ATOL, DEFAULT_MAX_REGRESSION, DEFAULT_MIN_AGREEMENT
+
+    def default(value: object) -> str:
+        return "[default: the report's]" if stored else f"[default: {value}]"
+
+    kinds = ", ".join(ARTIFACT_KINDS)
+    options = [
+        click.option(
+            "--min-agreement",
+            type=click.FloatRange(0, 1),
+            help=f"Smallest share of unchanged predictions (classifiers). {default(DEFAULT_MIN_AGREEMENT)}",
+        ),
+        click.option(
+            "--atol",
+            multiple=True,
+            callback=_parse_tolerances,
+            metavar="[KIND=]X",
+            help="Absolute artifact parity tolerance: X sets every artifact kind, KIND=X one of "
+            f"{kinds} (repeatable). {default(DEFAULT_ATOL)}",
+        ),
+        click.option(
+            "--rtol",
+            multiple=True,
+            callback=_parse_tolerances,
+            metavar="[KIND=]X",
+            help="Relative parity tolerance, times the largest |output|: an artifact passes when "
+            f"max |diff| <= atol + rtol * max |output|. [KIND=]X as for --atol. {default('by policy and kind, see README')}",
+        ),
+        click.option(
+            "--baseline",
+            type=click.Path(path_type=Path),
+            help="An earlier run's report.json: fail when the converted metric is worse than its by more than "
+            f"--max-regression. {default('none')}",
+        ),
+        click.option(
+            "--max-regression",
+            type=click.FloatRange(min=0),
+            help=f"Largest allowed worsening against --baseline, in the metric's units. {default(DEFAULT_MAX_REGRESSION)}",
+        ),
+        click.option(
+            "--junit",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Write a JUnit XML file, one test case per check.",
+        ),
+        click.option("--summary", metavar="FILE|-", help="Write a Markdown summary (for a CI job page); - for stdout."),
+        click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout, and nothing else there."),
+    ]
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _gate_options(max_drop, min_agreement, atol, rtol, baseline, max_regression) -> GateOptions:
+    return GateOptions(
+        max_drop=max_drop,
+        min_agreement=min_agreement,
+        atol=atol,
+        rtol=rtol,
+        max_regression=max_regression,
+        baseline=baseline,
+    )
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """What to print and write once a report exists (a conversion's or a re-check's)."""
+
+    junit: Path | None
+    summary: str | None  # a path, or "-" for stdout
+    as_json: bool
+    quiet: bool
+
+    def __post_init__(self) -> None:
+        if self.as_json and self.summary == "-":
+            raise click.UsageError("--json and --summary - both write to stdout; give --summary a FILE")
+
+    @property
+    def stdout_taken(self) -> bool:
+        """stdout carries only the JSON or the Markdown when one of them asks for it."""
+        return self.as_json or self.summary == "-"
+
+    def emit(self, report: dict, report_path: Path | None) -> None:
+        from .render import markdown, write_junit
+        from .report import render_summary
+
+        if not self.quiet:
+            render_summary(report, stream=sys.stderr if self.stdout_taken else None, report_path=report_path)
+        try:
+            if self.junit:
+                write_junit(report, self.junit)
+            if self.summary and self.summary != "-":
+                path = Path(self.summary)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(markdown(report))
+        except OSError as exc:
+            raise MpconvertError(
+                f"cannot write {exc.filename}: {exc.strerror}", hint="choose a writable path for --junit / --summary"
+            ) from None
+        if self.summary == "-":
+            click.echo(markdown(report), nl=False)
+        if self.as_json:
+            click.echo(json.dumps(report, indent=2, allow_nan=False))
 
 
 @click.group(cls=_DefaultToConvert, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -151,18 +292,21 @@ def cli() -> None:
 @click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for fine-tuning and generated inputs.")
 @click.option("--loss", help="Fine-tuning loss [default: the model's saved loss, else one for its output].")
+@gate_options(stored=False)
 @unsafe_option
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@quiet_option
 @debug_option
 def convert_command(
     model, policy, data, out, force, max_drop, metric, keep_float32, exports,
-    finetune_steps, learning_rate, batch_size, seed, loss, unsafe_deserialization, quiet, debug,
+    finetune_steps, learning_rate, batch_size, seed, loss,
+    min_agreement, atol, rtol, baseline, max_regression, junit, summary, as_json,
+    unsafe_deserialization, quiet, debug,
 ):  # fmt: skip
     """Convert MODEL (.keras, .h5 or Keras SavedModel folder) to mixed precision."""
+    outputs = _Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
         from .pipeline import convert
-        from .report import render_summary
 
         options = ConvertOptions(
             load=LoadOptions(model, unsafe_deserialization),
@@ -170,14 +314,15 @@ def convert_command(
             validate=ValidateOptions(data=data, metric=metric, max_drop=max_drop, seed=seed),
             export=ExportOptions(kinds=exports),
             finetune=FinetuneOptions(finetune_steps, learning_rate, batch_size, seed, loss),
+            # The conversion's budget is the validation's max_drop (above).
+            gate=_gate_options(None, min_agreement, atol, rtol, baseline, max_regression),
             out=out or default_out_dir(model, policy),
             force=force,
             quiet=quiet,
         )
-        with _Display(quiet) as display:
+        with _Display(quiet or outputs.stdout_taken) as display:
             report = convert(options, display.hooks())
-        if not quiet:
-            render_summary(report)
+        outputs.emit(report.as_dict(), Path(report.out) / REPORT_NAME)
         return report.exit_code
 
     sys.exit(_run(debug, action))
@@ -207,6 +352,37 @@ def inspect_command(model, policy, keep_float32, unsafe_deserialization, debug):
         # Piped output keeps whole rows, so `| grep` finds a layer's line.
         Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
         return EXIT_OK
+
+    sys.exit(_run(debug, action))
+
+
+@cli.command("check", epilog=EXIT_CODES_HELP)
+@click.argument("report_file", metavar="REPORT", type=click.Path(path_type=Path))
+@click.option("--max-drop", type=click.FloatRange(min=0), help="Largest allowed metric drop. [default: the report's]")
+@gate_options(stored=True)
+@quiet_option
+@debug_option
+def check_command(
+    report_file, max_drop, min_agreement, atol, rtol, baseline, max_regression, junit, summary, as_json, quiet, debug
+):  # fmt: skip
+    """Re-apply the gate to REPORT (an earlier run's report.json) without converting.
+
+    Thresholds not given keep the values stored in the report. REPORT is
+    only read; the verdict goes to the exit code and the requested outputs.
+    """
+    outputs = _Outputs(junit, summary, as_json, quiet)
+
+    def action() -> int:
+        # No TensorFlow on this path: a re-check takes a fraction of a second.
+        from .gate import read_report, stored_thresholds
+        from .report import Report
+
+        stored = read_report(report_file)
+        options = _gate_options(max_drop, min_agreement, atol, rtol, baseline, max_regression)
+        thresholds = stored_thresholds(stored).overridden(options, stored["validation"]["metric"])
+        report = Report.from_dict(stored, thresholds)
+        outputs.emit(report.as_dict(), report_file)
+        return report.exit_code
 
     sys.exit(_run(debug, action))
 

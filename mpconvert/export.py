@@ -26,6 +26,10 @@ class Artifact:
     path: str  # relative to the output folder
     bytes: int
     max_abs_diff: float | None
+    # Largest |output| of the converted Keras model on the same rows: the
+    # scale the gate's relative tolerance applies to, stored so that parity
+    # can be re-checked from report.json alone.
+    max_abs_ref: float
     runtime: str  # what re-ran it
     details: dict
 
@@ -37,6 +41,12 @@ def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _max_abs(outputs: list[np.ndarray]) -> float:
+    # Finite values only: NaN outputs already make max_abs_diff None (a
+    # failure), and report.json must stay valid JSON.
+    return max((float(np.abs(o[np.isfinite(o)]).max(initial=0.0)) for o in outputs), default=0.0)
 
 
 def _input_specs(signature: Signature) -> list:
@@ -111,7 +121,8 @@ def export_all(
         details = check_savedmodel_dtypes(path)
         if not framework.is_keras3:
             details["reloads_as_keras"] = _tf_keras_policies_survive(framework, path, model)
-        artifacts.append(Artifact("savedmodel", "savedmodel", _size(path), max_abs_diff(expected, got), "tensorflow", details))
+        diff = max_abs_diff(expected, got)
+        artifacts.append(Artifact("savedmodel", "savedmodel", _size(path), diff, _max_abs(expected), "tensorflow", details))
         if framework.is_keras3:
             artifacts.append(_keras_file(model, framework, out / "model.keras", rows, expected))
     if "onnx" in options.kinds:
@@ -123,7 +134,7 @@ def _keras_file(model: Any, framework: Framework, path: Path, rows: list[np.ndar
     model.save(str(path))
     reloaded = framework.module.models.load_model(str(path), compile=False)
     got = predict(reloaded, rows)
-    return Artifact("keras", path.name, _size(path), max_abs_diff(expected, got), "keras", {})
+    return Artifact("keras", path.name, _size(path), max_abs_diff(expected, got), _max_abs(expected), "keras", {})
 
 
 def _tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> bool:
@@ -148,4 +159,5 @@ def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], 
         "initializer_dtypes": exported.initializer_dtypes,
         "repairs": list(exported.repairs),
     }
-    return Artifact("onnx", path.name, _size(path), max_abs_diff(expected, run.outputs), run.runtime, details)
+    diff = max_abs_diff(expected, run.outputs)
+    return Artifact("onnx", path.name, _size(path), diff, _max_abs(expected), run.runtime, details)

@@ -15,6 +15,8 @@ from .errors import MpconvertError
 
 POLICIES = ("mixed_float16", "mixed_bfloat16")
 EXPORT_KINDS = ("savedmodel", "onnx")
+# What the report lists: a Keras 3 model's savedmodel export also writes model.keras.
+ARTIFACT_KINDS = ("savedmodel", "keras", "onnx")
 METRICS = ("accuracy", "mse")
 
 # One percentage point of accuracy: small enough to catch a real regression,
@@ -103,6 +105,26 @@ class ExportOptions:
 
 
 @dataclass(frozen=True)
+class GateOptions:
+    """Gate thresholds given on the command line.
+
+    None (or no entry) keeps the base value: the policy's default for a
+    conversion, the value stored in the report for `mpconvert check`. The
+    accuracy budget of a conversion is ValidateOptions.max_drop; here
+    max_drop only overrides a stored report's.
+    """
+
+    max_drop: float | None = None
+    min_agreement: float | None = None
+    # (artifact kind, value) in the order given, later entries winning; kind
+    # None applies to every kind.
+    atol: tuple[tuple[str | None, float], ...] = ()
+    rtol: tuple[tuple[str | None, float], ...] = ()
+    max_regression: float | None = None
+    baseline: Path | None = None  # an earlier run's report.json
+
+
+@dataclass(frozen=True)
 class ConvertOptions:
     load: LoadOptions
     rewrite: RewriteOptions
@@ -110,6 +132,7 @@ class ConvertOptions:
     export: ExportOptions
     out: Path
     finetune: FinetuneOptions = FinetuneOptions()
+    gate: GateOptions = GateOptions()
     force: bool = False
     quiet: bool = False
 

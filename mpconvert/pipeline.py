@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 from .data import EvalData, Split, Task, is_callable_spec, load_callable, load_npz
 from .finetune import StepCallback, finetune
 from .export import export_all
+from .gate import Thresholds
 from .load import Loaded, load_model, saved_loss
 from .options import ConvertOptions, LoadOptions, RewriteOptions, ValidateOptions
 from .outdir import check_output, staged_output
@@ -86,6 +87,10 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
         task = task_of(loaded, signature)
         metric = choose_metric(options.validate.metric, task)
         data = eval_data(loaded, signature, task, options.validate)
+        # Resolved before any conversion work, so that a bad --baseline fails fast.
+        measured = metric if data.validation.labels is not None else None
+        defaults = Thresholds.defaults(options.rewrite.policy, options.validate.max_drop)
+        thresholds = defaults.overridden(options.gate, measured)
     with loaded.framework.deserialization(loaded.safe):
         with clock.stage("rewrite"):
             smoke = [x[:2] for x in data.validation.inputs]
@@ -122,6 +127,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
             finetune=tuning.as_dict() if tuning else None,
             timings=clock.timings,
             out=str(out),
+            thresholds=thresholds,
         )
         with staged_output(out) as staging:
             with clock.stage("export"):

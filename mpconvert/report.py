@@ -1,25 +1,31 @@
 """The report: one object that owns the verdict, its JSON form and its terminal form.
 
-Exit codes live here so that every caller (CLI, tests, batch runs) agrees on
-them.
+The verdict is the gate's (gate.py), evaluated on the report's JSON form, so a
+report rebuilt from report.json (`mpconvert check`) is judged exactly like
+the run that wrote it. Exit codes live here so that every caller (CLI,
+tests, batch runs) agrees on them.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from .gate import PARITY, GateResult, Thresholds, evaluate
+
 EXIT_OK = 0
-EXIT_FAILED = 1  # the input or the conversion failed
+EXIT_FAILED = 1  # the input or the conversion failed; nothing written
 EXIT_USAGE = 2
-EXIT_GATE = 3  # converted, but a check (accuracy budget) failed
+EXIT_GATE = 3  # converted (or re-checked), but a gate check failed
 
 REPORT_NAME = "report.json"
 _DISTRIBUTIONS = {
@@ -52,31 +58,49 @@ class Report:
     layers: list[dict]
     validation: dict
     finetune: dict | None = None
+    padding: dict | None = None  # the padding stage's result; None when it did not run
     artifacts: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict = field(default_factory=versions)
     out: str | None = None
+    # None: the policy's defaults, with the budget the validation used.
+    thresholds: Thresholds | None = None
+
+    @classmethod
+    def from_dict(cls, stored: dict, thresholds: Thresholds) -> "Report":
+        """A report read back from report.json; `passed` and `gate` are recomputed."""
+        known = {f.name for f in fields(cls)} - {"out", "thresholds"}
+        return cls(**{k: v for k, v in stored.items() if k in known}, thresholds=thresholds)
+
+    @property
+    def gate(self) -> GateResult:
+        thresholds = self.thresholds or Thresholds.defaults(self.policy, self.validation["max_drop"])
+        return evaluate(self._body(), thresholds)
 
     @property
     def passed(self) -> bool:
-        return bool(self.validation.get("passed"))
+        return self.gate.passed
 
     @property
     def exit_code(self) -> int:
         return EXIT_OK if self.passed else EXIT_GATE
 
-    def as_dict(self) -> dict:
+    def _body(self) -> dict:
         return {
-            "passed": self.passed,
             "policy": self.policy,
             "source": self.source,
             "layers": self.layers,
             "finetune": self.finetune,
             "validation": self.validation,
+            "padding": self.padding,
             "artifacts": self.artifacts,
             "versions": self.versions,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
+
+    def as_dict(self) -> dict:
+        gate = self.gate
+        return {"passed": gate.passed, **self._body(), "gate": gate.as_dict()}
 
     def write(self, folder: Path) -> Path:
         path = folder / REPORT_NAME
@@ -86,11 +110,11 @@ class Report:
         return path
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
+def format_number(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def _bytes(n: int) -> str:
+def format_bytes(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -98,31 +122,51 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
-def render_summary(report: Report, stream: IO[str] | None = None) -> None:
-    console = Console(file=stream, highlight=False, soft_wrap=True)
-    source = report.source
-    console.print(f"[bold]mpconvert[/] {source['path']} ({source['format']}, {source['loader']}) -> {report.policy}")
-    mixed = sum(1 for layer in report.layers if layer["policy"] == report.policy)
-    pinned = [layer for layer in report.layers if layer["pinned"] and layer["pinned"] != "input layer"]
-    console.print(f"  layers: {mixed} converted to {report.policy}, {len(pinned)} kept float32")
+def render_summary(report: dict, stream: IO[str] | None = None, report_path: Path | None = None) -> None:
+    """The terminal summary of a report's JSON form (as written, or re-checked)."""
+    stream = stream or sys.stdout
+    # Piped output (CI logs) gets whole table rows rather than 80 columns.
+    console = Console(file=stream, highlight=False, soft_wrap=True, width=None if stream.isatty() else 200)
+    source, policy = report["source"], report["policy"]
+    console.print(f"[bold]mpconvert[/] {source['path']} ({source['format']}, {source['loader']}) -> {policy}")
+    mixed = sum(1 for layer in report["layers"] if layer["policy"] == policy)
+    pinned = [layer for layer in report["layers"] if layer["pinned"] and layer["pinned"] != "input layer"]
+    console.print(f"  layers: {mixed} converted to {policy}, {len(pinned)} kept float32")
     for layer in pinned[:8]:
         console.print(f"    {layer['name']} ({layer['class_name']}): {layer['pinned']}")
     if len(pinned) > 8:
         console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
-    if report.finetune:
-        _render_finetune(console, report.finetune)
-    _render_validation(console, report.validation)
-    if report.artifacts:
+    if report["finetune"]:
+        _render_finetune(console, report["finetune"])
+    _render_validation(console, report["validation"])
+    gate = report["gate"]
+    if report["artifacts"]:
+        limits = parity_limits(gate)
         table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-        for column in ("artifact", "path", "size", "max |diff|", "checked with"):
+        for column in ("artifact", "path", "size", "max |diff|", "limit", "checked with"):
             table.add_column(column)
-        for art in report.artifacts:
-            table.add_row(art["kind"], art["path"], _bytes(art["bytes"]), _fmt(art["max_abs_diff"], 6), art["runtime"])
+        for art in report["artifacts"]:
+            table.add_row(
+                art["kind"], art["path"], format_bytes(art["bytes"]), format_number(art["max_abs_diff"], 6),
+                format_number(limits.get(art["kind"]), 6), art["runtime"],
+            )  # fmt: skip
         console.print(table)
-    if report.out:
-        console.print(f"  report: {Path(report.out) / REPORT_NAME}")
-    verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/] (accuracy gate, exit code 3)"
-    console.print(verdict)
+    for check in gate["checks"]:
+        mark = "[green]pass[/]" if check["passed"] else "[bold red]FAIL[/]"
+        console.print(f"  {mark} {check['name']}: {escape(check['message'])}")
+    if report_path:
+        console.print(f"  report: {report_path}")
+    if gate["passed"]:
+        console.print("[bold green]PASSED[/]")
+    else:
+        failed = ", ".join(check["name"] for check in gate["checks"] if not check["passed"])
+        console.print(f"[bold red]FAILED[/]: {failed} (exit code {EXIT_GATE})")
+
+
+def parity_limits(gate: dict) -> dict[str, float | None]:
+    """Artifact kind -> the parity limit its check applied."""
+    prefix = f"{PARITY}: "
+    return {c["name"][len(prefix) :]: c["values"]["limit"] for c in gate["checks"] if c["name"].startswith(prefix)}
 
 
 def _render_finetune(console: Console, f: dict) -> None:
@@ -130,7 +174,7 @@ def _render_finetune(console: Console, f: dict) -> None:
     scale_text = f", loss scale {scale['initial']:g} -> {scale['final']:g}" if scale else ""
     console.print(
         f"  fine-tune: {f['steps']} steps ({f['skipped_steps']} skipped{scale_text}), "
-        f"{f['metric']} {_fmt(f['metric_before'])} -> {_fmt(f['metric_after'])}, kept {f['kept']} weights"
+        f"{f['metric']} {format_number(f['metric_before'])} -> {format_number(f['metric_after'])}, kept {f['kept']} weights"
     )
     if f["step_time_ratio"] is not None:
         st = f["step_time"]
@@ -147,19 +191,12 @@ def _render_validation(console: Console, v: dict) -> None:
     if v["metric"] is None:
         console.print(f"  [yellow]accuracy not measured[/]: no --data given; output drift on {v['rows']} generated inputs")
     else:
-        sign = "<=" if v["passed"] else ">"
-        console.print(
-            f"  {v['metric']} on {v['rows']} samples: {_fmt(v['reference'])} -> {_fmt(v['converted'])}, "
-            f"drop {_fmt(v['drop'])} {sign} max {_fmt(v['max_drop'])}"
-        )
+        before, after = format_number(v["reference"]), format_number(v["converted"])
+        console.print(f"  {v['metric']} on {v['rows']} samples: {before} -> {after}")
     parts = []
     if v["agreement"] is not None:
         parts.append(f"predictions agree on {v['agreement']:.1%}")
-    parts.append(f"max |diff| {_fmt(v['max_abs_diff'], 6)}")
+    parts.append(f"max |diff| {format_number(v['max_abs_diff'], 6)}")
     console.print("  " + ", ".join(parts))
     if v.get("note") and v["metric"] is not None:
         console.print(f"  [yellow]{v['note']}[/]")
-
-
-def load_report(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())

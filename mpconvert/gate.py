@@ -1,0 +1,394 @@
+"""The CI gate: every check on a report, collected first, then one verdict.
+
+The gate reads nothing but the report's JSON form, so `mpconvert check`
+re-applies exactly what a conversion applied, from report.json alone and
+without TensorFlow. Each check becomes one JUnit test case, and a failing
+check never hides the others: all are evaluated, then the gate decides.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import MpconvertError
+from .options import ARTIFACT_KINDS, DEFAULT_MAX_DROP, POLICIES, GateOptions
+from .validate import GATE_EPSILON
+
+# At least this share of predictions (argmax, or the 0.5 threshold for a
+# sigmoid) must be unchanged. 16-bit rounding flips a few borderline
+# predictions: on the sample models the lowest agreement seen was 0.984 (1 of
+# 64 generated inputs, digits_mlp under bfloat16; 0.9956 and above on
+# labelled data). 0.95 leaves three times that disagreement, and still
+# catches a conversion that changes one prediction in twenty.
+DEFAULT_MIN_AGREEMENT = 0.95
+
+# Any regression against a baseline fails by default. Runs are deterministic
+# (same model, data, options and seed give the same numbers on the same
+# machine), so an unchanged model passes; and a tolerance would let a metric
+# slide a little on every commit, each step within budget, without limit.
+DEFAULT_MAX_REGRESSION = 0.0
+
+# Artifact parity: an artifact passes when
+#     max |artifact - converted Keras model| <= atol + rtol * max |converted Keras model|
+# over the same rows, so the limit scales with the outputs and the check can
+# be redone from the two numbers stored per artifact. atol is only a floor
+# for outputs near zero.
+DEFAULT_ATOL = 1e-5
+# rtol by policy and artifact kind, in units of the 16-bit format's rounding
+# error u (float16 2**-11 = 4.9e-4, bfloat16 2**-8 = 3.9e-3):
+# - savedmodel and keras run the converted model through the same TensorFlow
+#   kernels: 0.0 on every sample model on CPU. 4u leaves room for a GPU that
+#   picks another matmul algorithm for another batch size.
+# - onnx runs through onnxruntime, with different kernels and rounding
+#   points: observed 0.0035 (float16, ~7u) and 0.023 (bfloat16, ~6u) on the
+#   sample models, and 0.004 / 0.039 on MobileNetV2 with random weights in
+#   the ONNX tests. 0.02 (40u) and 0.1 (26u) leave 5x and 2.6x over the worst
+#   of those while still failing an export that computes something else
+#   (O(1) on probabilities).
+DEFAULT_RTOL = {
+    "mixed_float16": {"savedmodel": 2e-3, "keras": 2e-3, "onnx": 2e-2},
+    "mixed_bfloat16": {"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1},
+}
+
+POLICY_REWRITE = "policy rewrite"
+FINETUNE_HEALTH = "fine-tune health"
+ACCURACY = "accuracy gate"
+AGREEMENT = "agreement"
+PADDING = "padding proof"
+PARITY = "artifact parity"  # one per artifact: "artifact parity: onnx"
+BASELINE = "baseline regression"
+
+# What makes a JSON file an mpconvert report: the keys the gate reads.
+_REPORT_KEYS = ("policy", "source", "layers", "validation", "artifacts")
+_VALIDATION_KEYS = ("metric", "reference", "converted", "drop", "agreement", "max_abs_diff", "rows", "nonfinite_outputs")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The numbers of an earlier run that this one must not fall behind."""
+
+    path: str
+    metric: str
+    converted: float
+    policy: str
+    model: str
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Everything the checks compare against; stored as report.json's gate.thresholds."""
+
+    max_drop: float
+    min_agreement: float
+    atol: dict[str, float]  # by artifact kind
+    rtol: dict[str, float]
+    max_regression: float
+    baseline: Baseline | None = None
+
+    @classmethod
+    def defaults(cls, policy: str, max_drop: float = DEFAULT_MAX_DROP) -> "Thresholds":
+        return cls(
+            max_drop=max_drop,
+            min_agreement=DEFAULT_MIN_AGREEMENT,
+            atol=dict.fromkeys(ARTIFACT_KINDS, DEFAULT_ATOL),
+            rtol=dict(DEFAULT_RTOL[policy]),
+            max_regression=DEFAULT_MAX_REGRESSION,
+        )
+
+    @classmethod
+    def from_dict(cls, stored: dict) -> "Thresholds":
+        baseline = stored.get("baseline")
+        return cls(**{**stored, "baseline": Baseline(**baseline) if baseline else None})
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def overridden(self, options: GateOptions, metric: str | None) -> "Thresholds":
+        """These thresholds with the ones given on the command line.
+
+        `metric` is what the report measures (None: not measured); a
+        --baseline must have measured the same.
+        """
+        numbers = {
+            name: getattr(options, name)
+            for name in ("max_drop", "min_agreement", "max_regression")
+            if getattr(options, name) is not None
+        }
+        baseline = self.baseline if options.baseline is None else load_baseline(options.baseline, metric)
+        return replace(
+            self,
+            atol=_per_kind(self.atol, options.atol),
+            rtol=_per_kind(self.rtol, options.rtol),
+            baseline=baseline,
+            **numbers,
+        )
+
+    def tolerance(self, kind: str, max_abs_ref: float) -> float | None:
+        """The largest accepted max |diff| for an artifact; None for an unknown kind."""
+        if kind not in self.atol or kind not in self.rtol:
+            return None
+        return self.atol[kind] + self.rtol[kind] * max_abs_ref
+
+
+def _per_kind(base: dict[str, float], given: tuple[tuple[str | None, float], ...]) -> dict[str, float]:
+    table = dict(base)
+    for kind, value in given:
+        table.update({kind: value} if kind else dict.fromkeys(table, value))
+    return table
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    message: str  # one line with the numbers, e.g. "accuracy 0.9620 -> 0.9480, drop 0.0140 > max 0.0050"
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    checks: tuple[Check, ...]
+    thresholds: Thresholds
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.checks)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [check for check in self.checks if not check.passed]
+
+    def as_dict(self) -> dict:
+        return {
+            "passed": self.passed,
+            "thresholds": self.thresholds.as_dict(),
+            "checks": [asdict(check) for check in self.checks],
+        }
+
+
+def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
+    """Every check that applies to `report` (its JSON form), in a fixed order."""
+    validation = report["validation"]
+    checks = [_policy_rewrite(report)]
+    if report.get("finetune"):
+        checks.append(_finetune_health(report["finetune"]))
+    checks.append(_accuracy(validation, thresholds.max_drop))
+    if validation["agreement"] is not None:  # None for regression models
+        checks.append(_agreement(validation, thresholds.min_agreement))
+    if report.get("padding"):
+        checks.append(_padding(report["padding"]))
+    keras_nonfinite = validation["nonfinite_outputs"] > 0
+    checks += [_parity(artifact, thresholds, keras_nonfinite) for artifact in report["artifacts"]]
+    if thresholds.baseline is not None:
+        checks.append(_baseline(validation, thresholds.baseline, thresholds.max_regression))
+    return GateResult(tuple(checks), thresholds)
+
+
+def _within(value: float, limit: float) -> bool:
+    # The slack lets a value exactly at its limit pass despite binary
+    # rounding (0.96 - 0.95 is 0.010000000000000009).
+    return value <= limit + GATE_EPSILON
+
+
+def worse_by(metric: str, before: float, after: float) -> float:
+    """How much worse `after` is than `before`: accuracy falls, mse rises."""
+    return before - after if metric == "accuracy" else after - before
+
+
+def _policy_rewrite(report: dict) -> Check:
+    policy = report["policy"]
+    converted = sum(1 for layer in report["layers"] if layer["policy"] == policy)
+    kept = sum(1 for layer in report["layers"] if layer["pinned"] and layer["pinned"] != "input layer")
+    values = {"policy": policy, "converted": converted, "kept_float32": kept}
+    if converted:
+        return Check(POLICY_REWRITE, True, f"{converted} layers converted to {policy}, {kept} kept float32", values)
+    return Check(
+        POLICY_REWRITE,
+        False,
+        f"no layer was converted to {policy} ({kept} kept float32), so nothing runs in 16 bits; "
+        "check the --keep-float32 patterns",
+        values,
+    )
+
+
+def _finetune_health(tuning: dict) -> Check:
+    values = {key: tuning[key] for key in ("steps", "requested_steps", "skipped_steps", "healthy", "kept")}
+    if tuning["healthy"]:
+        message = (
+            f"{tuning['steps']} steps, {tuning['skipped_steps']} skipped; kept the {tuning['kept']} weights"
+        )
+        return Check(FINETUNE_HEALTH, True, message, values)
+    message = f"stopped after {tuning['steps']} of {tuning['requested_steps']} steps: {tuning['problem']}"
+    if tuning.get("advice"):
+        message += f"; try {tuning['advice']}"
+    return Check(FINETUNE_HEALTH, False, message, values)
+
+
+def _accuracy(v: dict, max_drop: float) -> Check:
+    nonfinite = v["nonfinite_outputs"]
+    values = {
+        "metric": v["metric"],
+        "reference": v["reference"],
+        "converted": v["converted"],
+        "drop": v["drop"],
+        "max_drop": max_drop,
+        "nonfinite_outputs": nonfinite,
+    }
+    if v["metric"] is None:
+        passed = nonfinite == 0
+        drift = "n/a" if v["max_abs_diff"] is None else f"{v['max_abs_diff']:.6f}"
+        message = (
+            f"accuracy not measured: no labelled data, only output drift (max abs diff {drift} "
+            f"on {v['rows']} generated inputs)"
+        )
+    else:
+        within = _within(v["drop"], max_drop)
+        passed = within and nonfinite == 0
+        message = (
+            f"{v['metric']} {v['reference']:.4f} -> {v['converted']:.4f}, "
+            f"drop {v['drop']:.4f} {'<=' if within else '>'} max {max_drop:.4f}"
+        )
+    if nonfinite:
+        # No budget can excuse NaN/inf: say so, with the way out.
+        message += (
+            f"; {nonfinite} NaN/inf output values: activations overflow 16 bits "
+            "(try mixed_bfloat16 or --keep-float32 on the overflowing layers)"
+        )
+    return Check(ACCURACY, passed, message, values)
+
+
+def _agreement(v: dict, min_agreement: float) -> Check:
+    agreement = v["agreement"]
+    passed = _within(min_agreement, agreement)
+    message = (
+        f"predictions agree on {agreement:.2%} of {v['rows']} rows "
+        f"{'>=' if passed else '<'} min {min_agreement:.2%}"
+    )
+    return Check(AGREEMENT, passed, message, {"agreement": agreement, "min_agreement": min_agreement, "rows": v["rows"]})
+
+
+def _padding(padding: dict) -> Check:
+    diff = padding.get("max_abs_diff")
+    diff_text = "n/a (not finite)" if diff is None else f"{diff:.3g}"
+    values = {key: padding.get(key) for key in ("multiple", "max_abs_diff", "flops_overhead", "exported")}
+    if padding["passed"]:
+        message = f"padded and unpadded models agree (max abs diff {diff_text}); exported {padding.get('exported')}"
+        return Check(PADDING, True, message, values)
+    reason = padding.get("reason") or "the padded model does not match the unpadded one"
+    return Check(PADDING, False, f"{reason} (max abs diff {diff_text})", values)
+
+
+def _parity(artifact: dict, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
+    kind, diff = artifact["kind"], artifact["max_abs_diff"]
+    # Reports written before max_abs_ref existed get the atol alone.
+    ref = artifact.get("max_abs_ref") or 0.0
+    limit = thresholds.tolerance(kind, ref)
+    name = f"{PARITY}: {kind}"
+    values = {
+        "max_abs_diff": diff,
+        "max_abs_ref": ref,
+        "atol": thresholds.atol.get(kind),
+        "rtol": thresholds.rtol.get(kind),
+        "limit": limit,
+    }
+    if limit is None:
+        return Check(name, False, f"no tolerance known for artifact kind {kind!r}", values)
+    rule = f"atol {thresholds.atol[kind]:g} + rtol {thresholds.rtol[kind]:g} x max abs output {ref:.4g}"
+    if diff is None:
+        # A NaN difference cannot be within any tolerance; say whose it is.
+        whose = "the converted Keras model's outputs" if keras_nonfinite else f"{artifact['path']}'s outputs"
+        return Check(name, False, f"max abs diff is not finite: NaN/inf in {whose} ({rule})", values)
+    passed = _within(diff, limit)
+    sign = "<=" if passed else ">"
+    return Check(name, passed, f"max abs diff {diff:.3g} {sign} limit {limit:.3g} ({rule})", values)
+
+
+def _baseline(v: dict, baseline: Baseline, max_regression: float) -> Check:
+    values = {
+        "metric": v["metric"],
+        "converted": v["converted"],
+        "baseline": baseline.converted,
+        "max_regression": max_regression,
+        "baseline_path": baseline.path,
+    }
+    if v["metric"] != baseline.metric or v["converted"] is None:
+        message = f"this run measured {v['metric'] or 'no metric'}, the baseline {baseline.metric}: not comparable"
+        return Check(BASELINE, False, message, values)
+    regression = worse_by(v["metric"], baseline.converted, v["converted"])
+    values["regression"] = regression
+    passed = _within(regression, max_regression)
+    change = f"worse by {regression:.4f}" if regression > 0 else f"not worse ({-regression:+.4f})"
+    message = (
+        f"{v['metric']} {v['converted']:.4f} vs baseline {baseline.converted:.4f} ({baseline.path}), "
+        f"{change} {'<=' if passed else '>'} max {max_regression:.4f}"
+    )
+    return Check(BASELINE, passed, message, values)
+
+
+def read_report(path: Path, role: str = "report") -> dict:
+    """A report.json (or the output folder holding one) as a dict, or a clear error."""
+    path = Path(path)
+    if path.is_dir() and (path / "report.json").is_file():
+        path = path / "report.json"
+    hint = "give the report.json that an mpconvert run wrote into its output folder"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise MpconvertError(f"{role} {path} not found", hint=hint) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MpconvertError(f"cannot read {role} {path}: {exc}", hint=hint) from None
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MpconvertError(f"{role} {path} is not valid JSON ({exc})", hint=hint) from None
+    missing = [key for key in _REPORT_KEYS if key not in report] if isinstance(report, dict) else list(_REPORT_KEYS)
+    if not missing and isinstance(report["validation"], dict):
+        missing = [f"validation.{key}" for key in _VALIDATION_KEYS if key not in report["validation"]]
+    if missing:
+        raise MpconvertError(f"{role} {path} is not an mpconvert report (it has no {', '.join(missing)})", hint=hint)
+    if report["policy"] not in POLICIES:
+        raise MpconvertError(f"{role} {path} has an unknown policy {report['policy']!r}", hint=hint)
+    return report
+
+
+def load_baseline(path: Path, metric: str | None) -> Baseline:
+    """An earlier run's numbers, refused unless they measure the same metric as this run."""
+    report = read_report(path, "baseline")
+    v = report["validation"]
+    if v["metric"] is None or v["converted"] is None:
+        raise MpconvertError(
+            f"baseline {path} measured no metric (that run had no labelled --data)",
+            hint="use as baseline a run with --data, like this one",
+        )
+    if metric is None:
+        raise MpconvertError(
+            "--baseline compares metrics, but this run measures none (no labelled data)",
+            hint="pass --data with labels, as the baseline run did",
+        )
+    if v["metric"] != metric:
+        raise MpconvertError(
+            f"baseline {path} measured {v['metric']}, this run measures {metric}: they cannot be compared",
+            hint=f"compare runs that measure the same metric (--metric {v['metric']} on both)",
+        )
+    return Baseline(str(path), v["metric"], v["converted"], report["policy"], report["source"].get("path", ""))
+
+
+def stored_thresholds(report: dict) -> Thresholds:
+    """The thresholds a stored report was judged by.
+
+    A report without a gate section gets its policy's defaults and the budget
+    its validation used.
+    """
+    stored = report.get("gate", {}).get("thresholds")
+    if stored is None:
+        return Thresholds.defaults(report["policy"], report["validation"]["max_drop"])
+    try:
+        return Thresholds.from_dict(stored)
+    except (TypeError, AttributeError) as exc:
+        raise MpconvertError(
+            f"the report's gate.thresholds cannot be read ({exc})",
+            hint="restore the report.json as mpconvert wrote it, or rerun the conversion",
+        ) from None
