@@ -27,6 +27,8 @@ from .options import (
     DEFAULT_FINETUNE_STEPS,
     DEFAULT_LEARNING_RATE,
     DEFAULT_MAX_DROP,
+    DEFAULT_MAX_PAD_OVERHEAD,
+    DEFAULT_PAD_MULTIPLE,
     EXPORT_KINDS,
     METRICS,
     POLICIES,
@@ -35,6 +37,7 @@ from .options import (
     FinetuneOptions,
     GateOptions,
     LoadOptions,
+    PadOptions,
     RewriteOptions,
     ValidateOptions,
     default_out_dir,
@@ -292,13 +295,27 @@ def cli() -> None:
 @click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for fine-tuning and generated inputs.")
 @click.option("--loss", help="Fine-tuning loss [default: the model's saved loss, else one for its output].")
+@click.option(
+    "--pad-multiple",
+    type=click.IntRange(min=0),
+    default=DEFAULT_PAD_MULTIPLE,
+    show_default=True,
+    help="Pad channel dimensions to multiples of N for Tensor Cores (128 for TPUs); 0 turns padding off.",
+)
+@click.option(
+    "--max-pad-overhead",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_MAX_PAD_OVERHEAD,
+    show_default=True,
+    help="Largest share of extra multiply-adds padding may add to the model.",
+)
 @gate_options(stored=False)
 @unsafe_option
 @quiet_option
 @debug_option
 def convert_command(
     model, policy, data, out, force, max_drop, metric, keep_float32, exports,
-    finetune_steps, learning_rate, batch_size, seed, loss,
+    finetune_steps, learning_rate, batch_size, seed, loss, pad_multiple, max_pad_overhead,
     min_agreement, atol, rtol, baseline, max_regression, junit, summary, as_json,
     unsafe_deserialization, quiet, debug,
 ):  # fmt: skip
@@ -314,6 +331,7 @@ def convert_command(
             validate=ValidateOptions(data=data, metric=metric, max_drop=max_drop, seed=seed),
             export=ExportOptions(kinds=exports),
             finetune=FinetuneOptions(finetune_steps, learning_rate, batch_size, seed, loss),
+            pad=PadOptions(pad_multiple, max_pad_overhead),
             # The conversion's budget is the validation's max_drop (above).
             gate=_gate_options(None, min_agreement, atol, rtol, baseline, max_regression),
             out=out or default_out_dir(model, policy),
@@ -332,10 +350,12 @@ def convert_command(
 @model_argument
 @click.option("--policy", type=click.Choice(POLICIES), default=POLICIES[0], show_default=True)
 @keep_option
+@click.option("--pad-multiple", type=click.IntRange(min=0), default=DEFAULT_PAD_MULTIPLE, show_default=True)
+@click.option("--max-pad-overhead", type=click.FloatRange(min=0), default=DEFAULT_MAX_PAD_OVERHEAD, show_default=True)
 @unsafe_option
 @debug_option
-def inspect_command(model, policy, keep_float32, unsafe_deserialization, debug):
-    """Print the per-layer plan for MODEL without converting it."""
+def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead, unsafe_deserialization, debug):
+    """Print the per-layer plan for MODEL without converting it: policies and padding."""
 
     def action() -> int:
         from rich.console import Console
@@ -343,14 +363,32 @@ def inspect_command(model, policy, keep_float32, unsafe_deserialization, debug):
 
         from .pipeline import inspect
 
-        loaded, plan = inspect(LoadOptions(model, unsafe_deserialization), RewriteOptions(policy, tuple(keep_float32)))
+        loaded, plan, padding = inspect(
+            LoadOptions(model, unsafe_deserialization),
+            RewriteOptions(policy, tuple(keep_float32)),
+            PadOptions(pad_multiple, max_pad_overhead),
+        )
+        # Piped output keeps whole rows, so `| grep` finds a layer's line.
+        console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
         table = Table(title=f"{model} ({loaded.format}, {loaded.framework.name}) -> {policy}")
         for column in ("layer", "class", "policy", "kept float32 because"):
             table.add_column(column, no_wrap=True)
         for d in plan.decisions:
             table.add_row(d.name, d.class_name, d.policy or "-", d.pinned or "")
-        # Piped output keeps whole rows, so `| grep` finds a layer's line.
-        Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(table)
+        console.print(table)
+        if padding is None:
+            return EXIT_OK
+        table = Table(title=f"Tensor-Core padding to multiples of {pad_multiple} "
+                            f"(+{padding.flops_overhead:.1%} multiply-adds)")  # fmt: skip
+        for column in ("layer", "dimension", "now", "padded to", "or not, because"):
+            table.add_column(column, no_wrap=True)
+        for d in padding.padded:
+            table.add_row(d["layer"], d["dim"], str(d["from"]), str(d["to"]), "")
+        for d in padding.skipped:
+            table.add_row(d["layer"], d["dim"], "", "", d["reason"])
+        if not padding.padded and not padding.skipped:
+            table.add_row("(every dimension is already a multiple)", "", "", "", "")
+        console.print(table)
         return EXIT_OK
 
     sys.exit(_run(debug, action))

@@ -132,6 +132,7 @@ class ConvertOptions:
     export: ExportOptions
     out: Path
     finetune: FinetuneOptions = FinetuneOptions()
+    pad: PadOptions = PadOptions()
     gate: GateOptions = GateOptions()
     force: bool = False
     quiet: bool = False

@@ -1,6 +1,6 @@
 """The one place where the stage order lives.
 
-load -> rewrite -> finetune -> validate -> export -> report. Each stage is a function
+load -> rewrite -> finetune -> validate -> pad -> export -> report. Each stage is a function
 with explicit inputs that returns a result object; this module only wires
 them together, times them and stages the output folder.
 """
@@ -18,8 +18,9 @@ from .finetune import StepCallback, finetune
 from .export import export_all
 from .gate import Thresholds
 from .load import Loaded, load_model, saved_loss
-from .options import ConvertOptions, LoadOptions, RewriteOptions, ValidateOptions
+from .options import ConvertOptions, LoadOptions, PadOptions, RewriteOptions, ValidateOptions
 from .outdir import check_output, staged_output
+from .pad import PadPlan, pad, plan_padding
 from .report import Report
 from .rewrite import Plan, model_class, model_config, output_activation, plan_conversion, rewrite
 from .signature import Signature, generate_inputs, signature_of
@@ -68,12 +69,13 @@ def eval_data(loaded: Loaded, signature: Signature, task: Task, options: Validat
     return EvalData(Split(tuple(inputs), None), None, "generated")
 
 
-def inspect(options: LoadOptions, rewrite_options: RewriteOptions) -> tuple[Loaded, Plan]:
-    """The per-layer plan, without converting anything."""
+def inspect(options: LoadOptions, rewrite_options: RewriteOptions, pad_options: PadOptions) -> tuple[Loaded, Plan, PadPlan | None]:
+    """The per-layer policy and padding plans, without converting anything."""
     loaded = load_model(options)
-    with loaded.framework.preserved_global_policy():
+    with loaded.framework.preserved_global_policy(), loaded.framework.deserialization(loaded.safe):
         plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), rewrite_options)
-    return loaded, plan
+        padding = plan_padding(loaded.model, loaded.framework, pad_options)[1] if pad_options.multiple else None
+    return loaded, plan, padding
 
 
 def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
@@ -113,6 +115,12 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
                 )
         with clock.stage("validate"):
             validation, _ = validate(loaded.model, rewritten.model, data, task, metric, options.validate.max_drop)
+        exported, padding = rewritten.model, None
+        if options.pad.multiple:
+            with clock.stage("pad"):
+                rows = [x[: options.export.parity_samples] for x in data.validation.inputs]
+                padding = pad(rewritten.model, loaded.framework, options.pad, rows, options.rewrite.policy)
+                exported = padding.model
         report = Report(
             policy=options.rewrite.policy,
             source={
@@ -125,6 +133,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
             layers=rewritten.plan.as_dicts(),
             validation=validation.as_dict(),
             finetune=tuning.as_dict() if tuning else None,
+            padding=padding.report if padding else None,
             timings=clock.timings,
             out=str(out),
             thresholds=thresholds,
@@ -132,7 +141,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
         with staged_output(out) as staging:
             with clock.stage("export"):
                 artifacts = export_all(
-                    rewritten.model, loaded.framework, signature, list(data.validation.inputs), staging, options.export
+                    exported, loaded.framework, signature, list(data.validation.inputs), staging, options.export
                 )
             report.artifacts = [a.as_dict() for a in artifacts]
             report.write(staging)

@@ -139,6 +139,8 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
     if report["finetune"]:
         _render_finetune(console, report["finetune"])
     _render_validation(console, report["validation"])
+    if report.get("padding"):
+        _render_padding(console, report["padding"])
     gate = report["gate"]
     if report["artifacts"]:
         limits = parity_limits(gate)
@@ -167,6 +169,22 @@ def parity_limits(gate: dict) -> dict[str, float | None]:
     """Artifact kind -> the parity limit its check applied."""
     prefix = f"{PARITY}: "
     return {c["name"][len(prefix) :]: c["values"]["limit"] for c in gate["checks"] if c["name"].startswith(prefix)}
+
+
+def _render_padding(console: Console, p: dict) -> None:
+    dims = ", ".join(f"{d['layer']} {d['from']}->{d['to']}" for d in p["padded"][:6])
+    more = f" and {len(p['padded']) - 6} more" if len(p["padded"]) > 6 else ""
+    if p["exported"] == "padded":
+        console.print(
+            f"  padding to x{p['multiple']}: {dims}{more} (+{p['flops_overhead']:.1%} multiply-adds), "
+            f"outputs unchanged (float32 max |diff| {format_number(p['float32_max_abs_diff'], 8)})"
+        )
+    elif not p["passed"]:
+        console.print(f"  [bold yellow]padding not exported[/]: {p['reason']}")
+    else:
+        console.print(f"  padding to x{p['multiple']}: {p['reason']}")
+    if p["skipped"]:
+        console.print(f"    {len(p['skipped'])} dimension(s) left as they are (see report.json padding.skipped)")
 
 
 def _render_finetune(console: Console, f: dict) -> None:

@@ -140,6 +140,26 @@ def test_onnx_file_is_valid_with_float32_edges(converted, name, policy):
     assert weights and all(w == wanted for w in weights), weights
 
 
+@pytest.mark.parametrize("name,policy", CONVERSIONS)
+def test_samples_are_padded_and_the_onnx_weights_show_it(converted, name, policy):
+    _, out, report = converted[name, policy]
+    padding = report["padding"]
+    assert padding["passed"] and padding["exported"] == "padded" and padding["float32_max_abs_diff"] <= 1e-6
+    assert padding["padded"] and all(d["to"] % 8 == 0 for d in padding["padded"])
+    proto = onnx.load(str(out / "model.onnx"))
+    inits = {i.name: i for i in proto.graph.initializer}
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    dims = set()
+    for node in proto.graph.node:
+        if node.op_type in ("MatMul", "Gemm", "Conv"):
+            weight = node.input[1]
+            while weight not in inits:
+                weight = producers[weight].input[0]
+            dims.update(inits[weight].dims)
+    # the widths that were padded no longer occur in any weight
+    assert not dims & {d["from"] for d in padding["padded"]}, (dims, padding["padded"])
+
+
 def test_float16_onnx_is_about_half_the_float32_size(converted, tmp_path):
     # A float32 reference export of the same model, for the size ratio.
     _, out, report = converted["digits_cnn", "mixed_float16"]
@@ -147,7 +167,8 @@ def test_float16_onnx_is_about_half_the_float32_size(converted, tmp_path):
     half = sum(np.prod(i.dims) * 2 for i in proto.graph.initializer if i.data_type == onnx.TensorProto.FLOAT16)
     assert half > 0
     onnx_bytes = next(a["bytes"] for a in report["artifacts"] if a["kind"] == "onnx")
-    float32_weights = sum(w.size * 4 for w in keras.models.load_model(CASES["digits_cnn"][0]).get_weights())
+    # float32 bytes of the same (padded) weights, as the exported .keras holds them
+    float32_weights = sum(w.size * 4 for w in keras.models.load_model(out / "model.keras").get_weights())
     assert onnx_bytes < 0.75 * float32_weights
 
 

@@ -154,3 +154,83 @@ def test_keras_applications_pad_and_keep_their_function(name):
     assert report["float32_max_abs_diff"] <= 1e-6
     assert any(s["dim"] == "features" for s in report["skipped"])  # 3 image channels stay
     assert tuple(result.model.outputs[0].shape) == (None, 10)
+
+
+def onnx_weight_dims(path):
+    """Dimensions of every MatMul/Gemm/Conv weight, followed back through Casts."""
+    proto = onnx.load(str(path))
+    inits = {i.name: i for i in proto.graph.initializer}
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    dims = []
+    for node in proto.graph.node:
+        if node.op_type in ("MatMul", "Gemm", "Conv"):
+            name = node.input[1]
+            while name not in inits:
+                name = producers[name].input[0]
+            dims.append(tuple(inits[name].dims))
+    return proto, dims
+
+
+@pytest.mark.parametrize("fw,policy", [("keras3", "mixed_bfloat16"), ("tf_keras", "mixed_float16")])
+def test_the_cli_exports_padded_files_with_the_original_signature(tmp_path, fw, policy):
+    from click.testing import CliRunner
+
+    from mpconvert.cli import cli
+
+    K, _ = FRAMEWORKS[fw]
+    model = with_batchnorm_statistics(tiny_models.unfriendly(K))
+    path = tmp_path / ("unfriendly.keras" if fw == "keras3" else "unfriendly_savedmodel")
+    if fw == "keras3":
+        model.save(path)
+    else:
+        model.save(str(path), save_format="tf")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, [str(path), "--policy", policy, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    import json
+
+    padding = json.loads((out / "report.json").read_text())["padding"]
+    assert {d["layer"]: d["to"] for d in padding["padded"]} == {
+        "conv30": 32, "dense100": 104, "features": 32, "predictions_linear": 16
+    }  # fmt: skip
+    assert padding["exported"] == "padded" and padding["float32_max_abs_diff"] <= 1e-6
+    proto, dims = onnx_weight_dims(out / "model.onnx")
+    assert all(d % 8 == 0 for shape in dims for d in shape if d not in (1, 3)), dims  # 3x3 kernels, 1 input channel
+    shape = lambda v: [d.dim_value or None for d in v.type.tensor_type.shape.dim]  # noqa: E731
+    assert shape(proto.graph.input[0]) == [None, 30] and shape(proto.graph.output[0]) == [None, 10]
+    serving = tf.saved_model.load(str(out / "savedmodel")).signatures["serving_default"]
+    (spec,) = serving.structured_input_signature[1].values()
+    (output,) = serving.structured_outputs.values()
+    assert spec.shape.as_list() == [None, 30] and output.shape.as_list() == [None, 10]
+
+
+def test_pad_multiple_0_turns_padding_off(tmp_path):
+    from click.testing import CliRunner
+
+    from mpconvert.cli import cli
+
+    path = tmp_path / "unfriendly.keras"
+    tiny_models.unfriendly(keras).save(path)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, [str(path), "--policy", "mixed_float16", "--out", str(out), "--pad-multiple", "0", "--export", "onnx"])
+    assert result.exit_code == 0, result.output
+    import json
+
+    assert json.loads((out / "report.json").read_text())["padding"] is None
+    _, dims = onnx_weight_dims(out / "model.onnx")
+    assert (30, 100) in dims
+
+
+def test_inspect_shows_what_padding_would_add(tmp_path):
+    from click.testing import CliRunner
+
+    from mpconvert.cli import cli
+
+    path = tmp_path / "ln.keras"
+    tiny_models.layernorm_after_dense(keras).save(path)
+    result = CliRunner().invoke(cli, ["inspect", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[1]: line for line in result.output.splitlines() if line.startswith("│ ")}
+    assert "normalizes across this axis" in lines["dense100"]
+    assert "narrower than the multiple" in lines["predictions_linear"] or "predictions" in result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["ln.keras"]
