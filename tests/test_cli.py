@@ -16,6 +16,7 @@ import tf_keras
 from click.testing import CliRunner
 
 import tiny_models
+from onnx_graph import weight_initializers
 from conftest import SAMPLES
 from mpconvert.cli import cli
 
@@ -125,18 +126,9 @@ def test_onnx_file_is_valid_with_float32_edges(converted, name, policy):
     onnx.checker.check_model(proto, full_check=True)
     for value in list(proto.graph.input) + list(proto.graph.output):
         assert value.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
-    # The weight of every MatMul/Gemm/Conv, followed back through Cast nodes
-    # (bfloat16 Convs run in float32 islands), is a 16-bit initializer.
-    inits = {i.name: i for i in proto.graph.initializer}
-    producers = {o: n for n in proto.graph.node for o in n.output}
+    # bfloat16 Convs run in float32 islands; their weights stay bfloat16 in the file
     wanted = onnx.TensorProto.FLOAT16 if policy == "mixed_float16" else onnx.TensorProto.BFLOAT16
-    weights = []
-    for node in proto.graph.node:
-        if node.op_type in ("MatMul", "Gemm", "Conv"):
-            name = node.input[1]
-            while name not in inits and producers[name].op_type == "Cast":
-                name = producers[name].input[0]
-            weights.append(inits[name].data_type)
+    weights = [w.data_type for w in weight_initializers(proto)]
     assert weights and all(w == wanted for w in weights), weights
 
 
@@ -146,16 +138,7 @@ def test_samples_are_padded_and_the_onnx_weights_show_it(converted, name, policy
     padding = report["padding"]
     assert padding["passed"] and padding["exported"] == "padded" and padding["float32_max_abs_diff"] <= 1e-6
     assert padding["padded"] and all(d["to"] % 8 == 0 for d in padding["padded"])
-    proto = onnx.load(str(out / "model.onnx"))
-    inits = {i.name: i for i in proto.graph.initializer}
-    producers = {o: n for n in proto.graph.node for o in n.output}
-    dims = set()
-    for node in proto.graph.node:
-        if node.op_type in ("MatMul", "Gemm", "Conv"):
-            weight = node.input[1]
-            while weight not in inits:
-                weight = producers[weight].input[0]
-            dims.update(inits[weight].dims)
+    dims = {d for w in weight_initializers(onnx.load(str(out / "model.onnx"))) for d in w.dims}
     # the widths that were padded no longer occur in any weight
     assert not dims & {d["from"] for d in padding["padded"]}, (dims, padding["padded"])
 

@@ -12,6 +12,7 @@ import tensorflow as tf
 import tf_keras
 
 import tiny_models
+from onnx_graph import io_dims, weight_initializers
 from mpconvert.frameworks import KERAS3, TF_KERAS
 from mpconvert.onnx_export import keras_to_onnx, run_onnx
 from mpconvert.options import PadOptions, RewriteOptions
@@ -75,27 +76,13 @@ def test_padded_weight_dimensions_in_the_onnx_graph_are_multiples_of_8(tmp_path)
     converted, result, inputs = convert_and_pad(model, KERAS3)
     path = tmp_path / "padded.onnx"
     keras_to_onnx(result.model, [tf.TensorSpec((None, 30), tf.float32, name="features")], path)
-    proto = onnx.load(str(path))
-    inits = {i.name: i for i in proto.graph.initializer}
-    producers = {o: n for n in proto.graph.node for o in n.output}
-
-    def weight(node):
-        name = node.input[1]
-        while name not in inits:
-            name = producers[name].input[0]
-        return tuple(inits[name].dims)
-
-    shapes = {}
-    for node in proto.graph.node:
-        if node.op_type in ("MatMul", "Gemm", "Conv"):
-            shapes[node.name] = weight(node)
-    matmuls = sorted(s for s in shapes.values() if len(s) == 2)
-    convs = [s for s in shapes.values() if len(s) == 4]
+    proto, shapes = onnx_weight_dims(path)
+    matmuls = sorted(s for s in shapes if len(s) == 2)
+    convs = [s for s in shapes if len(s) == 4]
     # dense100 (32, 104), dense64 (104, 64), head (4*4*32, 16): every dimension a multiple of 8
     assert matmuls == [(32, 104), (104, 64), (512, 16)]
     assert convs == [(32, 1, 3, 3)]  # ONNX Conv weights are (out, in, kh, kw)
-    dims = lambda v: [d.dim_value or None for d in v.type.tensor_type.shape.dim]  # noqa: E731
-    assert dims(proto.graph.input[0]) == [None, 30] and dims(proto.graph.output[0]) == [None, 10]
+    assert io_dims(proto.graph.input[0]) == [None, 30] and io_dims(proto.graph.output[0]) == [None, 10]
     run = run_onnx(path, {"features": inputs[0]})
     np.testing.assert_allclose(run.outputs[0], converted.predict(inputs[0], verbose=0), atol=5e-3)
 
@@ -157,18 +144,8 @@ def test_keras_applications_pad_and_keep_their_function(name):
 
 
 def onnx_weight_dims(path):
-    """Dimensions of every MatMul/Gemm/Conv weight, followed back through Casts."""
     proto = onnx.load(str(path))
-    inits = {i.name: i for i in proto.graph.initializer}
-    producers = {o: n for n in proto.graph.node for o in n.output}
-    dims = []
-    for node in proto.graph.node:
-        if node.op_type in ("MatMul", "Gemm", "Conv"):
-            name = node.input[1]
-            while name not in inits:
-                name = producers[name].input[0]
-            dims.append(tuple(inits[name].dims))
-    return proto, dims
+    return proto, [tuple(w.dims) for w in weight_initializers(proto)]
 
 
 @pytest.mark.parametrize("fw,policy", [("keras3", "mixed_bfloat16"), ("tf_keras", "mixed_float16")])
@@ -196,8 +173,7 @@ def test_the_cli_exports_padded_files_with_the_original_signature(tmp_path, fw, 
     assert padding["exported"] == "padded" and padding["float32_max_abs_diff"] <= 1e-6
     proto, dims = onnx_weight_dims(out / "model.onnx")
     assert all(d % 8 == 0 for shape in dims for d in shape if d not in (1, 3)), dims  # 3x3 kernels, 1 input channel
-    shape = lambda v: [d.dim_value or None for d in v.type.tensor_type.shape.dim]  # noqa: E731
-    assert shape(proto.graph.input[0]) == [None, 30] and shape(proto.graph.output[0]) == [None, 10]
+    assert io_dims(proto.graph.input[0]) == [None, 30] and io_dims(proto.graph.output[0]) == [None, 10]
     serving = tf.saved_model.load(str(out / "savedmodel")).signatures["serving_default"]
     (spec,) = serving.structured_input_signature[1].values()
     (output,) = serving.structured_outputs.values()
