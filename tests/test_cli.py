@@ -234,3 +234,30 @@ def test_inspect_prints_the_plan_and_writes_nothing(tmp_path):
     for expected in ("conv2", "mixed_bfloat16", "predictions_linear", "--keep-float32 'conv1'", "model output"):
         assert expected in result.output
     assert [p.name for p in tmp_path.iterdir()] == ["digits_cnn.keras"]
+
+
+def test_h5_written_by_tf_keras_2_is_converted_in_tf_keras(tmp_path):
+    # Keras 3 rejects this file: the tf.keras 2.x LSTM config carries `time_major`.
+    path = tmp_path / "rnn.h5"
+    tiny_models.recurrent(tf_keras).save(str(path))
+    with pytest.raises(Exception, match="time_major"):
+        keras.models.load_model(path)
+    out = tmp_path / "out"
+    result = run(path, "--policy", "mixed_float16", "--out", out, "--export", "savedmodel")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert (report["source"]["format"], report["source"]["loader"]) == ("h5", "tf_keras")
+    reloaded = tf_keras.models.load_model(str(out / "savedmodel"), compile=False)
+    assert reloaded.get_layer("lstm").dtype_policy.name == "mixed_float16"
+    assert reloaded.inputs[0].dtype == tf.int32
+
+
+def test_h5_written_by_keras_3_is_converted_in_keras_3(tmp_path):
+    path = tmp_path / "mlp.h5"
+    tiny_models.mlp(keras).save(path)
+    out = tmp_path / "out"
+    result = run(path, "--policy", "mixed_bfloat16", "--out", out, "--export", "savedmodel")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert (report["source"]["format"], report["source"]["loader"]) == ("h5", "keras")
+    assert keras.models.load_model(out / "model.keras").get_layer("hidden").dtype_policy.name == "mixed_bfloat16"
