@@ -356,3 +356,125 @@ def test_run_onnx_checks_feed_names_and_stays_quiet(tmp_path, capfd):
     assert "CUDA" not in capfd.readouterr().err
     with pytest.raises(MpconvertError, match=r"\['x'\]"):
         run_onnx(export.path, {"input": batch(model)})
+
+
+# --------------------------------------------------------------------------
+# Keras 3 graphs that tf2onnx's from_function gets wrong
+
+
+@pytest.mark.parametrize("policy_name", ["float32", "mixed_float16"])
+def test_captured_tensors_are_frozen_not_inputs(tmp_path, policy_name):
+    # Normalization keeps mean/variance as plain tensors, which the trace
+    # captures: up to 128 values as a Const, more as a placeholder fed from
+    # outside (EfficientNet's has 3; this one 200).
+    rng = np.random.default_rng(4)
+    keras.utils.set_random_seed(4)
+    with policy(keras, policy_name):
+        inp = keras.Input((200,), name="x")
+        h = keras.layers.Normalization(mean=rng.random(200), variance=rng.random(200) + 0.5)(inp)
+        h = keras.layers.Dense(4)(h)
+        h = keras.layers.Normalization(mean=rng.random(4), variance=rng.random(4) + 0.5)(h)
+        model = keras.Model(inp, keras.layers.Dense(3, activation="softmax", dtype="float32", name="probs")(h))
+    x = rng.random((2, 200)).astype(np.float32)
+
+    export = keras_to_onnx(model, spec(model), tmp_path / "m.onnx")
+
+    assert export.input_names == ["x"]
+    np.testing.assert_allclose(run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)),
+                               atol=ATOL[policy_name], rtol=0)
+
+
+@pytest.mark.parametrize("policy_name", ["float32", "mixed_float16", "mixed_bfloat16"])
+def test_grouped_conv_and_exact_gelu(tmp_path, policy_name):
+    # ConvNeXt's two: Keras 3 runs grouped convs in an XLA-compiled function
+    # (a call grappler would not inline), and the exact GELU uses Erfc.
+    keras.utils.set_random_seed(5)
+    with policy(keras, policy_name):
+        inp = keras.Input((6, 6, 4), name="x")
+        h = keras.layers.Conv2D(8, 3, padding="same", groups=4)(inp)
+        h = keras.layers.Dense(8, activation="gelu")(h)
+        h = keras.layers.GlobalAveragePooling2D()(h)
+        model = keras.Model(inp, keras.layers.Dense(3, activation="softmax", dtype="float32", name="probs")(h))
+    x = np.random.default_rng(5).normal(size=(3, 6, 6, 4)).astype(np.float32)
+
+    export = keras_to_onnx(model, spec(model), tmp_path / "m.onnx")
+
+    proto = onnx.load(export.path)
+    ops = {n.op_type for n in proto.graph.node}
+    assert "Erf" in ops and not ops & {"Erfc", "StatefulPartitionedCall", "PartitionedCall"}, ops
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    assert onnx.helper.get_attribute_value(next(a for a in conv.attribute if a.name == "group")) == 4
+    onnx.checker.check_model(proto, full_check=True)
+    np.testing.assert_allclose(run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)),
+                               atol=ATOL[policy_name], rtol=0)
+
+
+def test_unconverted_ops_are_blamed_on_their_own_layers():
+    # Keras 3 names the ops of layer "act" under "act_1/" and those of a
+    # layer named "act_1" under "act_1_1/"; a nested model's as "outer/inner".
+    inp = keras.Input((4,), name="x")
+    h = keras.layers.Dense(4, name="dw")(inp)
+    h = keras.layers.Activation("gelu", name="act")(h)
+    h = keras.layers.Activation("relu", name="act_1")(h)
+    head = keras.Sequential([keras.layers.Dense(2, name="inner")], name="head")
+    model = keras.Model(inp, head(h))
+    assert onnx_export._layer_of("functional_1/act_1/Gelu/Erfc", model) == "act"
+    assert onnx_export._layer_of("functional_1/act_1_1/Relu", model) == "act_1"
+    assert onnx_export._layer_of("functional_1/head_1/inner_1/MatMul", model) == "head/inner"
+    assert onnx_export._layer_of("Transpose__12", model) is None
+
+    # A call wrapper listed first in the graph is not the op to blame.
+    nodes = [onnx.helper.make_node("StatefulPartitionedCall", ["x"], ["a"],
+                                   name="functional_1/dw_1/StatefulPartitionedCall"),
+             onnx.helper.make_node("Erfc", ["a"], ["b"], name="functional_1/act_1/Gelu/Erfc")]
+    graph = onnx.helper.make_graph(nodes, "g", [onnx.helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                                   [onnx.helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])])
+    proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    with pytest.raises(MpconvertError) as err:
+        onnx_export._reject_unconverted_ops(proto, model)
+    message = err.value.message
+    assert message.index("Erfc (node 'functional_1/act_1/Gelu/Erfc' in layer 'act')") \
+        < message.index("StatefulPartitionedCall (node 'functional_1/dw_1/StatefulPartitionedCall' in layer 'dw')")
+    assert "--keep-float32 act " in err.value.hint
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_16bit_constants_are_packed_without_changing_values(dtype):
+    # As grappler writes folded weights: bit patterns in half_val, the last
+    # one repeated to fill the shape.
+    values = np.array([[1.5, -2.0, 3.25], [0.1, 0.1, 0.1]], np.float32)
+    exact = tf.make_tensor_proto(tf.constant(values, dtype).numpy())
+    packed = tf.make_tensor_proto(tf.constant(values, dtype).numpy())
+    packed.ClearField("tensor_content")
+    packed.half_val.extend(np.frombuffer(exact.tensor_content, np.uint16)[:4].tolist())
+    graph_def = tf.compat.v1.GraphDef()
+    node = graph_def.node.add(name="w", op="Const")
+    node.attr["dtype"].type = dtype.as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(packed)
+
+    onnx_export._pack_16bit_constants(graph_def)
+
+    tensor = graph_def.node[0].attr["value"].tensor
+    assert not tensor.half_val and tensor.tensor_content == exact.tensor_content
+    np.testing.assert_array_equal(tf.make_ndarray(tensor).astype(np.float32), tf.make_ndarray(exact).astype(np.float32))
+
+
+def test_a_failing_tf2onnx_optimizer_is_skipped_not_fatal(tmp_path, monkeypatch):
+    # The first pass runs tf2onnx's optimizers without their safety copies;
+    # one that raises sends the conversion through the guarded pass, which
+    # skips it, as tf2onnx's from_function would.
+    from tf2onnx.optimizer.reshape_optimizer import ReshapeOptimizer
+
+    calls = []
+
+    def broken(self, graph):
+        calls.append(1)
+        raise RuntimeError("optimizer bug")
+
+    monkeypatch.setattr(ReshapeOptimizer, "_optimize", broken)
+    model = small_model(keras, "mixed_float16", "cnn")
+    x = batch(model)
+    export = keras_to_onnx(model, spec(model), tmp_path / "m.onnx")
+    assert len(calls) > 1
+    np.testing.assert_allclose(run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)),
+                               atol=ATOL["mixed_float16"], rtol=0)

@@ -1,0 +1,119 @@
+"""End-to-end conversions of real keras.applications architectures.
+
+Each architecture brings something the tiny test models do not: depthwise
+convs and Relu6 (MobileNetV2), a Normalization layer whose statistics are
+plain tensors and squeeze-excite blocks (EfficientNetB0), 25M parameters
+(ResNet50), XLA-compiled grouped convs, LayerNorm and the exact GELU
+(ConvNeXtTiny), and 400+ layers of concatenations (DenseNet121).
+
+The models are untrained (weights=None; nothing is downloaded), so their
+softmax outputs are nearly uniform and the differences measured here are
+small; these tests check that conversion and export work and stay
+consistent, not how much accuracy 16 bits cost.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import json  # noqa: E402
+
+import keras  # noqa: E402
+import onnx  # noqa: E402
+import pytest  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+from onnx import TensorProto  # noqa: E402
+
+from mpconvert.cli import cli  # noqa: E402
+
+ARCHITECTURES = ["MobileNetV2", "EfficientNetB0", "ResNet50", "ConvNeXtTiny", "DenseNet121"]
+POLICIES = ["mixed_float16", "mixed_bfloat16"]
+# Largest |diff| of an artifact from the converted Keras model, on softmax
+# outputs. Observed (untrained models): SavedModel and .keras 0; ONNX up to
+# 7e-4 in float16 and 1.2e-2 in bfloat16 (ConvNeXtTiny, whose outputs are the
+# least uniform: max 0.38).
+TOLERANCE = {"mixed_float16": 5e-3, "mixed_bfloat16": 0.05}
+ALL_ARTIFACTS = {"savedmodel", "keras", "onnx"}
+# A full export costs 15-40 s a run on 2 cores, most of it the SavedModel
+# (write, reload, reload for dtypes: 25 s of DenseNet121's 40) and the .keras
+# round trip, not the ONNX file (5-15 s). So where a run is dropped to save
+# time, it keeps ONNX, whose bfloat16 repairs depend on the model's ops:
+# ResNet50 and DenseNet121 export all artifacts under float16 only. Their
+# bfloat16 SavedModel/.keras would use the same code paths as the three
+# models that export everything under both policies.
+ONNX_ONLY = {("ResNet50", "mixed_bfloat16"), ("DenseNet121", "mixed_bfloat16")}
+
+# Keras 3 converting its tensors for numpy, hundreds of times per model.
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
+
+
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """name -> (path of the float32 .keras file, its input names); each built once."""
+    folder = tmp_path_factory.mktemp("applications")
+    built = {}
+
+    def get(name):
+        if name not in built:
+            keras.utils.set_random_seed(0)
+            model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=10)
+            path = folder / f"{name}.keras"
+            model.save(path)
+            inputs = [layer.name for layer in model.layers if isinstance(layer, keras.layers.InputLayer)]
+            built[name] = (path, inputs)
+        return built[name]
+
+    return get
+
+
+def convert(model_path, out, policy, *extra):
+    args = [str(model_path), "--policy", policy, "--out", str(out), "--quiet", *extra,
+            # Untrained models' near-uniform softmax makes the argmax
+            # agreement between float32 and 16 bits a coin toss.
+            "--min-agreement", "0",
+            # Channel padding has its own tests (test_pad.py, these models
+            # included) and would add 7-21 s to each run here.
+            "--pad-multiple", "0"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    return result, out / "report.json"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_application_converts_and_exports(tmp_path, saved_model, name, policy):
+    model_path, input_names = saved_model(name)
+    onnx_only = (name, policy) in ONNX_ONLY
+    kinds = {"onnx"} if onnx_only else ALL_ARTIFACTS
+    extra = ("--export", "onnx") if onnx_only else ()
+
+    result, report_path = convert(model_path, tmp_path / "out", policy, *extra)
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_path.read_text())
+    assert report["passed"] and report["policy"] == policy
+
+    # Input layers and the float32 softmax at the output stay float32; the
+    # policy must reach (almost) everything else.
+    with_policy = [layer for layer in report["layers"] if layer["policy"]]
+    converted = [layer for layer in with_policy if layer["policy"] == policy]
+    assert len(converted) > 0.9 * len(with_policy), [layer for layer in with_policy if layer not in converted]
+
+    artifacts = {a["kind"]: a for a in report["artifacts"]}
+    assert set(artifacts) == kinds
+    for kind, artifact in artifacts.items():
+        assert (report_path.parent / artifact["path"]).exists(), kind
+        assert artifact["max_abs_diff"] is not None and artifact["max_abs_diff"] <= TOLERANCE[policy], (kind, artifact)
+    assert report["validation"]["max_abs_diff"] <= TOLERANCE[policy]
+
+    proto = onnx.load(report_path.parent / artifacts["onnx"]["path"])
+    onnx.checker.check_model(proto, full_check=True)
+    initializers = {t.name for t in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in initializers]
+    # Exactly the model's inputs: no tensor the trace captured may surface
+    # as an input no caller could feed (EfficientNet's Normalization).
+    assert [i.name for i in inputs] == input_names == [s["name"] for s in report["source"]["inputs"]]
+    assert [o.name for o in proto.graph.output] == [s["name"] for s in report["source"]["outputs"]]
+    assert {v.type.tensor_type.elem_type for v in inputs + list(proto.graph.output)} == {TensorProto.FLOAT}
+    # The weights really are 16-bit in the file.
+    sixteen = "FLOAT16" if policy == "mixed_float16" else "BFLOAT16"
+    assert artifacts["onnx"]["details"]["initializer_dtypes"].get(sixteen, 0) > 0
