@@ -178,6 +178,9 @@ def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
     checks.append(_accuracy(validation, thresholds.max_drop))
     if validation["agreement"] is not None:  # None for regression models
         checks.append(_agreement(validation, thresholds.min_agreement))
+    elif validation.get("agreement_rows") == 0:
+        message = f"not judged: all {validation['rows']} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
+        checks.append(Check(AGREEMENT, True, message, {"agreement": None, "rows": 0}))
     if report.get("padding"):
         checks.append(_padding(report["padding"]))
     keras_nonfinite = validation["nonfinite_outputs"] > 0
@@ -264,10 +267,18 @@ def _agreement(v: dict, min_agreement: float) -> Check:
     agreement = v["agreement"]
     passed = _within(min_agreement, agreement)
     message = (
-        f"predictions agree on {agreement:.2%} of {v['rows']} rows "
+        f"predictions agree on {agreement:.2%} of {_decisive(v)} rows "
         f"{'>=' if passed else '<'} min {min_agreement:.2%}"
     )
-    return Check(AGREEMENT, passed, message, {"agreement": agreement, "min_agreement": min_agreement, "rows": v["rows"]})
+    values = {"agreement": agreement, "min_agreement": min_agreement, "rows": v.get("agreement_rows", v["rows"])}
+    return Check(AGREEMENT, passed, message, values)
+
+
+def _decisive(v: dict) -> str:
+    counted = v.get("agreement_rows")
+    if counted is None or counted == v["rows"]:
+        return str(v["rows"])
+    return f"{counted} decisive ({v['rows'] - counted} near-ties left out)"
 
 
 def _padding(padding: dict) -> Check:

@@ -114,7 +114,9 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
                     on_step=hooks.finetune_step,
                 )
         with clock.stage("validate"):
-            validation, _ = validate(loaded.model, rewritten.model, data, task, metric, options.validate.max_drop)
+            validation, _ = validate(
+                loaded.model, rewritten.model, data, task, metric, options.validate.max_drop, options.rewrite.policy
+            )
         exported, padding = rewritten.model, None
         if options.pad.multiple:
             with clock.stage("pad"):

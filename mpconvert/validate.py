@@ -19,6 +19,11 @@ from .errors import MpconvertError
 # the budget (0.96 - 0.95 vs 0.01) passes despite binary float rounding.
 GATE_EPSILON = 1e-9
 PREDICT_BATCH = 256
+# The spacing of each 16-bit format at 1.0. A prediction whose two best
+# scores are closer than this is a tie at that precision: which one wins is
+# rounding, not a change the conversion made, so such rows are left out of
+# the agreement (untrained or uncertain models have many of them).
+RESOLUTION = {"mixed_float16": 2.0**-10, "mixed_bfloat16": 2.0**-7}
 
 
 @dataclass(frozen=True)
@@ -29,12 +34,13 @@ class Validation:
     drop: float | None
     max_drop: float
     passed: bool
-    agreement: float | None
+    agreement: float | None  # over the decisive rows (not near-ties)
     max_abs_diff: float | None
     data: str  # "npz" or "generated"
     rows: int
     nonfinite_outputs: int
     note: str | None = None
+    agreement_rows: int | None = None  # rows decisive enough to count for agreement
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,6 +93,17 @@ def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
     return worst
 
 
+def decisive_rows(task: Task, output: np.ndarray, resolution: float) -> np.ndarray:
+    """Rows whose predicted class is clear by more than `resolution`."""
+    rows = output.reshape(len(output), -1).astype(np.float64)
+    if task.kind == "softmax":
+        if rows.shape[1] < 2:
+            return np.ones(len(rows), dtype=bool)
+        top2 = np.sort(rows, axis=1)[:, -2:]
+        return (top2[:, 1] - top2[:, 0]) > resolution
+    return (np.abs(rows - 0.5) * 2 > resolution).all(axis=1)
+
+
 def compare(
     reference: list[np.ndarray],
     converted: list[np.ndarray],
@@ -95,12 +112,16 @@ def compare(
     metric: str,
     max_drop: float,
     source: str,
+    resolution: float = 0.0,
 ) -> Validation:
     nonfinite = sum(int(np.count_nonzero(~np.isfinite(o))) for o in converted)
-    agreement = None
+    agreement = agreement_rows = None
     if task.kind != "regression":
         same = class_predictions(task, reference[0]) == class_predictions(task, converted[0])
-        agreement = float(np.mean(same.reshape(len(same), -1).all(axis=1)))
+        same = same.reshape(len(same), -1).all(axis=1)
+        decisive = decisive_rows(task, reference[0], resolution)
+        agreement_rows = int(decisive.sum())
+        agreement = float(np.mean(same[decisive])) if agreement_rows else None
     ref_value = conv_value = drop = None
     note = None
     if split.labels is not None:
@@ -129,12 +150,16 @@ def compare(
         rows=split.rows,
         nonfinite_outputs=nonfinite,
         note=note,
+        agreement_rows=agreement_rows,
     )
 
 
-def validate(reference_model: Any, converted_model: Any, data: EvalData, task: Task, metric: str, max_drop: float) -> tuple[Validation, list[np.ndarray]]:
+def validate(
+    reference_model: Any, converted_model: Any, data: EvalData, task: Task, metric: str, max_drop: float, policy: str
+) -> tuple[Validation, list[np.ndarray]]:
     """Compare both models on the validation split; also returns the converted outputs."""
     split = data.validation
     reference = predict(reference_model, split.inputs)
     converted = predict(converted_model, split.inputs)
-    return compare(reference, converted, split, task, metric, max_drop, data.source), converted
+    validation = compare(reference, converted, split, task, metric, max_drop, data.source, RESOLUTION[policy])
+    return validation, converted

@@ -25,6 +25,7 @@ from click.testing import CliRunner  # noqa: E402
 from onnx import TensorProto  # noqa: E402
 
 from mpconvert.cli import cli  # noqa: E402
+from onnx_graph import weight_initializers  # noqa: E402
 
 ARCHITECTURES = ["MobileNetV2", "EfficientNetB0", "ResNet50", "ConvNeXtTiny", "DenseNet121"]
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
@@ -66,14 +67,17 @@ def saved_model(tmp_path_factory):
     return get
 
 
-def convert(model_path, out, policy, *extra):
-    args = [str(model_path), "--policy", policy, "--out", str(out), "--quiet", *extra,
-            # Untrained models' near-uniform softmax makes the argmax
-            # agreement between float32 and 16 bits a coin toss.
-            "--min-agreement", "0",
-            # Channel padding has its own tests (test_pad.py, these models
-            # included) and would add 7-21 s to each run here.
-            "--pad-multiple", "0"]
+# Issue 4 asks for padded exports of these two; for the others channel padding
+# is covered in-process by test_pad.py and would add 7-21 s to each run here.
+PADDED = {"MobileNetV2", "EfficientNetB0"}
+
+
+def convert(model_path, out, policy, padded, *extra):
+    # Untrained models' near-uniform softmax: most rows are near-ties at 16-bit
+    # resolution, which the agreement check leaves out by itself.
+    args = [str(model_path), "--policy", policy, "--out", str(out), "--quiet", *extra]
+    if not padded:
+        args += ["--pad-multiple", "0"]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     return result, out / "report.json"
 
@@ -86,7 +90,7 @@ def test_application_converts_and_exports(tmp_path, saved_model, name, policy):
     kinds = {"onnx"} if onnx_only else ALL_ARTIFACTS
     extra = ("--export", "onnx") if onnx_only else ()
 
-    result, report_path = convert(model_path, tmp_path / "out", policy, *extra)
+    result, report_path = convert(model_path, tmp_path / "out", policy, name in PADDED, *extra)
 
     assert result.exit_code == 0, result.output
     report = json.loads(report_path.read_text())
@@ -117,3 +121,10 @@ def test_application_converts_and_exports(tmp_path, saved_model, name, policy):
     # The weights really are 16-bit in the file.
     sixteen = "FLOAT16" if policy == "mixed_float16" else "BFLOAT16"
     assert artifacts["onnx"]["details"]["initializer_dtypes"].get(sixteen, 0) > 0
+    if name in PADDED:
+        padding = report["padding"]
+        assert padding["exported"] == "padded" and padding["float32_max_abs_diff"] <= 1e-6
+        assert ("predictions_linear", 16) in {(d["layer"], d["to"]) for d in padding["padded"]}
+        # no padded width survives in any MatMul/Conv weight of the file
+        dims = {d for w in weight_initializers(proto) for d in w.dims}
+        assert not dims & {d["from"] for d in padding["padded"]}, padding["padded"]

@@ -58,3 +58,18 @@ def test_nan_outputs_fail_even_within_the_metric_budget():
     conv[3] = np.nan
     v = gate(probs([0, 1, 2, 0]), conv, [0, 1, 2, 0], max_drop=1.0)
     assert v.nonfinite_outputs == 3 and not v.passed and v.max_abs_diff is None
+
+
+def test_near_ties_at_16_bit_resolution_are_left_out_of_the_agreement():
+    # Rows 0-1 are clear; in rows 2-3 the two best scores differ by 0.0005,
+    # below float16's spacing at 1.0 (2**-10 ~ 0.00098): a flip there is rounding.
+    ref = np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.4, 0.4005, 0.1995], [0.4005, 0.4, 0.1995]], np.float32)
+    conv = np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.4005, 0.4, 0.1995], [0.4, 0.4005, 0.1995]], np.float32)
+    split = Split((np.zeros((4, 2), np.float32),), np.array([0, 1, 1, 0]))
+    v = compare([ref], [conv], split, SOFTMAX, "accuracy", 1.0, "npz", resolution=2.0**-10)
+    assert v.agreement == 1.0 and v.agreement_rows == 2
+    # without the resolution, both ties count as disagreements
+    assert compare([ref], [conv], split, SOFTMAX, "accuracy", 1.0, "npz").agreement == 0.5
+    # all rows tied: no agreement to judge
+    tied = compare([ref[2:]], [conv[2:]], Split((np.zeros((2, 2), np.float32),), None), SOFTMAX, "accuracy", 1.0, "generated", resolution=2.0**-10)
+    assert tied.agreement is None and tied.agreement_rows == 0
