@@ -127,6 +127,20 @@ unsafe_option = click.option(
     is_flag=True,
     help="Allow Lambda layers, whose code runs while loading. Only for files you trust.",
 )
+pad_multiple_option = click.option(
+    "--pad-multiple",
+    type=click.IntRange(min=0),
+    default=DEFAULT_PAD_MULTIPLE,
+    show_default=True,
+    help="Pad channel dimensions to multiples of N for Tensor Cores (128 for TPUs); 0 turns padding off.",
+)
+max_pad_overhead_option = click.option(
+    "--max-pad-overhead",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_MAX_PAD_OVERHEAD,
+    show_default=True,
+    help="Largest share of extra multiply-adds padding may add to the model.",
+)
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks and framework logs.")
 quiet_option = click.option(
     "--quiet", "-q", is_flag=True, help="Print nothing but errors (and what --json or --summary - ask for)."
@@ -295,20 +309,8 @@ def cli() -> None:
 @click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for fine-tuning and generated inputs.")
 @click.option("--loss", help="Fine-tuning loss [default: the model's saved loss, else one for its output].")
-@click.option(
-    "--pad-multiple",
-    type=click.IntRange(min=0),
-    default=DEFAULT_PAD_MULTIPLE,
-    show_default=True,
-    help="Pad channel dimensions to multiples of N for Tensor Cores (128 for TPUs); 0 turns padding off.",
-)
-@click.option(
-    "--max-pad-overhead",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_MAX_PAD_OVERHEAD,
-    show_default=True,
-    help="Largest share of extra multiply-adds padding may add to the model.",
-)
+@pad_multiple_option
+@max_pad_overhead_option
 @gate_options(stored=False)
 @unsafe_option
 @quiet_option
@@ -350,8 +352,8 @@ def convert_command(
 @model_argument
 @click.option("--policy", type=click.Choice(POLICIES), default=POLICIES[0], show_default=True)
 @keep_option
-@click.option("--pad-multiple", type=click.IntRange(min=0), default=DEFAULT_PAD_MULTIPLE, show_default=True)
-@click.option("--max-pad-overhead", type=click.FloatRange(min=0), default=DEFAULT_MAX_PAD_OVERHEAD, show_default=True)
+@pad_multiple_option
+@max_pad_overhead_option
 @unsafe_option
 @debug_option
 def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead, unsafe_deserialization, debug):
@@ -385,7 +387,7 @@ def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead,
         for d in padding.padded:
             table.add_row(d["layer"], d["dim"], str(d["from"]), str(d["to"]), "")
         for d in padding.skipped:
-            table.add_row(d["layer"], d["dim"], "", "", d["reason"])
+            table.add_row(d["layer"], d["dim"], str(d["from"]), "", d["reason"])
         if not padding.padded and not padding.skipped:
             table.add_row("(every dimension is already a multiple)", "", "", "", "")
         console.print(table)

@@ -339,7 +339,7 @@ def plan_padding(model: Any, framework: Framework, options: PadOptions) -> tuple
         if len(widths) != 1:
             reason = f"joined channels have different widths {sorted(widths)}"
         if reason:
-            skipped.extend({"layer": n, "dim": producers[n][1], "reason": reason} for n in names)
+            skipped.extend({"layer": n, "dim": producers[n][1], "from": producers[n][2], "reason": reason} for n in names)
         else:
             candidates.append((root, width, target))
 
@@ -371,7 +371,7 @@ def plan_padding(model: Any, framework: Framework, options: PadOptions) -> tuple
         else:
             root = candidate[0]
             skipped.extend(
-                {"layer": n, "dim": producers[n][1],
+                {"layer": n, "dim": producers[n][1], "from": producers[n][2],
                  "reason": f"would raise the model's FLOPs to +{overhead:.1%} (over --max-pad-overhead {options.max_overhead:g})"}
                 for n in groups[root]
             )  # fmt: skip

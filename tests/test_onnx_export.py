@@ -12,6 +12,7 @@ import tf_keras  # noqa: E402
 from onnx import TensorProto  # noqa: E402
 
 from mpconvert import onnx_export  # noqa: E402
+from onnx_graph import weights_by_node  # noqa: E402
 from mpconvert.errors import MpconvertError  # noqa: E402
 from mpconvert.onnx_export import (  # noqa: E402
     RUNTIME_CPU, RUNTIME_CUDA, RUNTIME_REFERENCE, fold_cast_pairs, insert_float32_islands,
@@ -61,18 +62,8 @@ def batch(model, n=4, seed=0):
 
 
 def weight_dtypes(proto):
-    """dtype name of the weight of each MatMul/Conv, looking through Casts."""
-    inits = {t.name: t for t in proto.graph.initializer}
-    producer = {o: n for n in proto.graph.node for o in n.output}
-    found = []
-    for node in proto.graph.node:
-        if node.op_type in ("MatMul", "Conv", "Gemm"):
-            name = node.input[1]
-            while name not in inits and name in producer and producer[name].op_type in ("Cast", "Reshape",
-                                                                                         "Transpose"):
-                name = producer[name].input[0]
-            found.append((node.op_type, TensorProto.DataType.Name(inits[name].data_type)))
-    return found
+    """(op type, dtype name) of the weight of each MatMul/Conv, looking through Casts."""
+    return [(node.op_type, TensorProto.DataType.Name(init.data_type)) for node, init in weights_by_node(proto)]
 
 
 def edge_types(proto):

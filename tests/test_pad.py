@@ -92,8 +92,8 @@ def test_a_layernorm_after_dense100_is_skipped_with_its_reason(fw):
     K, framework = FRAMEWORKS[fw]
     _, result, _ = convert_and_pad(tiny_models.layernorm_after_dense(K), framework)
     assert result.report["skipped"] == [
-        {"layer": "dense100", "dim": "units", "reason": "feeds LayerNormalization 'ln', which normalizes across this axis"},
-        {"layer": "predictions_linear", "dim": "units", "reason": "narrower than the multiple (4 < 8); padding would not pay"},
+        {"layer": "dense100", "dim": "units", "from": 100, "reason": "feeds LayerNormalization 'ln', which normalizes across this axis"},
+        {"layer": "predictions_linear", "dim": "units", "from": 4, "reason": "narrower than the multiple (4 < 8); padding would not pay"},
     ]
     assert result.model.get_layer("dense100").units == 100
 
@@ -126,7 +126,7 @@ def test_other_multiples_round_up_to_that_multiple():
     _, result, _ = convert_and_pad(tiny_models.unfriendly(keras), KERAS3, multiple=16, max_overhead=1.0)
     assert {(d["layer"], d["to"]) for d in result.report["padded"]} == {("conv30", 32), ("dense100", 112), ("features", 32)}
     assert result.report["skipped"] == [
-        {"layer": "predictions_linear", "dim": "units", "reason": "narrower than the multiple (10 < 16); padding would not pay"}
+        {"layer": "predictions_linear", "dim": "units", "from": 10, "reason": "narrower than the multiple (10 < 16); padding would not pay"}
     ]
     assert result.report["float32_max_abs_diff"] <= 1e-6
 
