@@ -158,6 +158,9 @@ def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], 
         "opset": exported.opset,
         "initializer_dtypes": exported.initializer_dtypes,
         "repairs": list(exported.repairs),
+        # ONNX Runtime's CPU provider lacks most bfloat16 kernels; these op
+        # types were run in float32 with rounding back to 16 bits after each.
+        "emulated_16bit_ops": list(run.promoted_ops),
     }
     diff = max_abs_diff(expected, run.outputs)
     return Artifact("onnx", path.name, _size(path), diff, _max_abs(expected), run.runtime, details)
