@@ -458,6 +458,9 @@ class _Display:
         return Hooks(stage=self._stage, finetune_step=self._step)
 
     def _stage(self, name: str) -> None:
+        if self.task is not None:  # the fine-tune bar is done once the next stage starts
+            self.progress.remove_task(self.task)
+            self.task = None
         self.progress.console.print(f"[dim]... {name}[/]")
 
     def _step(self, step: int, total: int, loss: float, scale: float | None) -> None:
