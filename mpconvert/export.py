@@ -79,27 +79,25 @@ def write_savedmodel(model: Any, framework: Framework, signature: Signature, pat
         model.save(str(path), save_format="tf", include_optimizer=False)
 
 
-def run_savedmodel(path: Path, signature: Signature, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def run_savedmodel(path: Path, signature: Signature, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], dict]:
+    """Reload the SavedModel once: its outputs on `inputs`, and its signature's dtypes."""
     import tensorflow as tf
 
     serving = tf.saved_model.load(str(path)).signatures["serving_default"]
     feeds = {spec.name: tf.constant(x) for spec, x in zip(signature.inputs, inputs)}
     result = serving(**feeds)
     names = [spec.name for spec in signature.outputs]
-    if set(names) <= set(result):
-        return [result[n].numpy() for n in names]
-    return [result[k].numpy() for k in sorted(result)]
-
-
-def check_savedmodel_dtypes(path: Path) -> dict:
-    import tensorflow as tf
-
-    serving = tf.saved_model.load(str(path)).signatures["serving_default"]
-    _, inputs = serving.structured_input_signature
-    return {
-        "inputs": {k: v.dtype.name for k, v in inputs.items()},
+    keys = names if set(names) <= set(result) else sorted(result)
+    _, input_specs = serving.structured_input_signature
+    dtypes = {
+        "inputs": {k: v.dtype.name for k, v in input_specs.items()},
         "outputs": {k: v.dtype.name for k, v in serving.structured_outputs.items()},
     }
+    return [result[k].numpy() for k in keys], dtypes
+
+
+def _artifact(kind: str, path: Path, expected: list, got: list, runtime: str, details: dict) -> Artifact:
+    return Artifact(kind, path.name, _size(path), max_abs_diff(expected, got), _max_abs(expected), runtime, details)
 
 
 def export_all(
@@ -117,12 +115,10 @@ def export_all(
     if "savedmodel" in options.kinds:
         path = out / "savedmodel"
         write_savedmodel(model, framework, signature, path)
-        got = run_savedmodel(path, signature, rows)
-        details = check_savedmodel_dtypes(path)
+        got, details = run_savedmodel(path, signature, rows)
         if not framework.is_keras3:
             details["reloads_as_keras"] = _tf_keras_policies_survive(framework, path, model)
-        diff = max_abs_diff(expected, got)
-        artifacts.append(Artifact("savedmodel", "savedmodel", _size(path), diff, _max_abs(expected), "tensorflow", details))
+        artifacts.append(_artifact("savedmodel", path, expected, got, "tensorflow", details))
         if framework.is_keras3:
             artifacts.append(_keras_file(model, framework, out / "model.keras", rows, expected))
     if "onnx" in options.kinds:
@@ -133,8 +129,7 @@ def export_all(
 def _keras_file(model: Any, framework: Framework, path: Path, rows: list[np.ndarray], expected) -> Artifact:
     model.save(str(path))
     reloaded = framework.module.models.load_model(str(path), compile=False)
-    got = predict(reloaded, rows)
-    return Artifact("keras", path.name, _size(path), max_abs_diff(expected, got), _max_abs(expected), "keras", {})
+    return _artifact("keras", path, expected, predict(reloaded, rows), "keras", {})
 
 
 def _tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> bool:
@@ -162,5 +157,4 @@ def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], 
         # types were run in float32 with rounding back to 16 bits after each.
         "emulated_16bit_ops": list(run.promoted_ops),
     }
-    diff = max_abs_diff(expected, run.outputs)
-    return Artifact("onnx", path.name, _size(path), diff, _max_abs(expected), run.runtime, details)
+    return _artifact("onnx", path, expected, run.outputs, run.runtime, details)

@@ -25,8 +25,8 @@ from .data import EvalData, Split, Task
 from .errors import MpconvertError
 from .frameworks import Framework
 from .options import FinetuneOptions
-from .rewrite import model_config
-from .validate import metric_value, predict
+from .configs import model_config
+from .validate import metric_value, predict, worse_by
 
 # A fresh dynamic loss scale starts at 2**15 and halves on each overflow, so
 # a handful of skipped steps at the start is normal; more than half of all
@@ -164,8 +164,7 @@ def _timed_float32_step(framework: Framework, original: Any, loss_fn: Any, optio
 
     A copy, because the original's weights must never change.
     """
-    copy = framework.model_from_config(original, model_config(original))
-    copy.set_weights(original.get_weights())
+    copy = framework.rebuild(original, model_config(original))
     trainer = _Trainer(framework, copy, loss_fn, options.learning_rate, loss_scaling=False)
     trainer.step(*batches[0])  # traces
     times = []
@@ -259,8 +258,7 @@ def finetune(
         metric_after, kept = None, "rewritten"
     else:
         metric_after = metric_value(metric, task, predict(model, validation.inputs)[0], validation.labels)
-        better = metric_after >= metric_before if metric == "accuracy" else metric_after <= metric_before
-        if better:
+        if worse_by(metric, metric_before, metric_after) <= 0:
             kept = "finetuned"
         else:
             model.set_weights(before_weights)

@@ -32,10 +32,6 @@ class Framework:
     def is_keras3(self) -> bool:
         return self.name == "keras"
 
-    @property
-    def version(self) -> str:
-        return self.module.__version__
-
     def global_policy_name(self) -> str:
         return self.module.mixed_precision.global_policy().name
 
@@ -73,6 +69,13 @@ class Framework:
 
     def model_from_config(self, model: Any, config: dict) -> Any:
         return type(model).from_config(config)
+
+    def rebuild(self, model: Any, config: dict) -> Any:
+        """A new model of `model`'s class from `config`, with `model`'s weights."""
+        with self.preserved_global_policy():
+            new = self.model_from_config(model, config)
+        new.set_weights(model.get_weights())
+        return new
 
     # --- training: the two loss-scaling APIs ---------------------------------
 
@@ -116,23 +119,6 @@ class Framework:
     def loss_function(self, identifier: Any) -> Any:
         return self.module.losses.get(identifier)
 
-    def layer_policy(self, layer: Any) -> tuple[str, str, str]:
-        """(policy name, compute dtype, variable dtype) of a built layer."""
-        policy = layer.dtype_policy
-        return policy.name, policy.compute_dtype, policy.variable_dtype
-
-    def is_model(self, layer: Any) -> bool:
-        return isinstance(layer, self.module.Model)
-
-    def tensor_input(self, shape: tuple, dtype: str, name: str | None = None) -> Any:
-        return self.module.Input(shape=shape, dtype=dtype, name=name)
-
 
 KERAS3 = Framework("keras")
 TF_KERAS = Framework("tf_keras")
-
-
-def framework_of(model: Any) -> Framework:
-    """The framework a live model object belongs to."""
-    module = type(model).__module__
-    return TF_KERAS if module.startswith("tf_keras") else KERAS3

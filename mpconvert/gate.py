@@ -15,7 +15,7 @@ from typing import Any
 
 from .errors import MpconvertError
 from .options import ARTIFACT_KINDS, DEFAULT_MAX_DROP, POLICIES, GateOptions
-from .validate import GATE_EPSILON
+from .validate import within, worse_by
 
 # At least this share of predictions (argmax, or the 0.5 threshold for a
 # sigmoid) must be unchanged. 16-bit rounding flips a few borderline
@@ -190,15 +190,6 @@ def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
     return GateResult(tuple(checks), thresholds)
 
 
-def _within(value: float, limit: float) -> bool:
-    # The slack lets a value exactly at its limit pass despite binary
-    # rounding (0.96 - 0.95 is 0.010000000000000009).
-    return value <= limit + GATE_EPSILON
-
-
-def worse_by(metric: str, before: float, after: float) -> float:
-    """How much worse `after` is than `before`: accuracy falls, mse rises."""
-    return before - after if metric == "accuracy" else after - before
 
 
 def _policy_rewrite(report: dict) -> Check:
@@ -248,11 +239,11 @@ def _accuracy(v: dict, max_drop: float) -> Check:
             f"on {v['rows']} generated inputs)"
         )
     else:
-        within = _within(v["drop"], max_drop)
-        passed = within and nonfinite == 0
+        in_budget = within(v["drop"], max_drop)
+        passed = in_budget and nonfinite == 0
         message = (
             f"{v['metric']} {v['reference']:.4f} -> {v['converted']:.4f}, "
-            f"drop {v['drop']:.4f} {'<=' if within else '>'} max {max_drop:.4f}"
+            f"drop {v['drop']:.4f} {'<=' if in_budget else '>'} max {max_drop:.4f}"
         )
     if nonfinite:
         # No budget can excuse NaN/inf: say so, with the way out.
@@ -265,7 +256,7 @@ def _accuracy(v: dict, max_drop: float) -> Check:
 
 def _agreement(v: dict, min_agreement: float) -> Check:
     agreement = v["agreement"]
-    passed = _within(min_agreement, agreement)
+    passed = within(min_agreement, agreement)
     message = (
         f"predictions agree on {agreement:.2%} of {_decisive(v)} rows "
         f"{'>=' if passed else '<'} min {min_agreement:.2%}"
@@ -312,7 +303,7 @@ def _parity(artifact: dict, thresholds: Thresholds, keras_nonfinite: bool) -> Ch
         # A NaN difference cannot be within any tolerance; say whose it is.
         whose = "the converted Keras model's outputs" if keras_nonfinite else f"{artifact['path']}'s outputs"
         return Check(name, False, f"max abs diff is not finite: NaN/inf in {whose} ({rule})", values)
-    passed = _within(diff, limit)
+    passed = within(diff, limit)
     sign = "<=" if passed else ">"
     return Check(name, passed, f"max abs diff {diff:.3g} {sign} limit {limit:.3g} ({rule})", values)
 
@@ -330,7 +321,7 @@ def _baseline(v: dict, baseline: Baseline, max_regression: float) -> Check:
         return Check(BASELINE, False, message, values)
     regression = worse_by(v["metric"], baseline.converted, v["converted"])
     values["regression"] = regression
-    passed = _within(regression, max_regression)
+    passed = within(regression, max_regression)
     change = f"worse by {regression:.4f}" if regression > 0 else f"not worse ({-regression:+.4f})"
     message = (
         f"{v['metric']} {v['converted']:.4f} vs baseline {baseline.converted:.4f} ({baseline.path}), "

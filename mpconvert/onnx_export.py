@@ -57,6 +57,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
 from mpconvert.errors import MpconvertError
+from mpconvert.signature import signature_of
 
 # tf2onnx 1.17 writes opsets up to 18. 17 is the newest TensorRT 8.x and most
 # mobile runtimes accept, and bfloat16 coverage is the same as at 18.
@@ -163,9 +164,7 @@ def keras_to_onnx(model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *
 def _named_specs(model, input_specs):
     # tf2onnx names graph inputs after the specs; an unnamed spec would
     # become "args_0", which no caller could feed by a predictable name.
-    model_names = []
-    with contextlib.suppress(Exception):
-        model_names = [t.name.split(":")[0] for t in tf.nest.flatten(model.inputs)]
+    model_names = [spec.name for spec in signature_of(model).inputs]
     specs = []
     for i, spec in enumerate(input_specs):
         if not isinstance(spec, tf.TensorSpec):
@@ -180,13 +179,7 @@ def _named_specs(model, input_specs):
 
 
 def _output_names(model):
-    with contextlib.suppress(Exception):
-        return list(model.output_names) or None
-    # Keras 3 Sequential has no output_names; name outputs after their layers.
-    with contextlib.suppress(Exception):
-        history = [t._keras_history for t in tf.nest.flatten(model.outputs)]
-        return [(getattr(h, "operation", None) or h.layer).name for h in history] or None
-    return None
+    return [spec.name for spec in signature_of(model).outputs] or None
 
 
 def _convert(model, specs, output_names, opset):
@@ -517,11 +510,16 @@ def _reject_unconverted_ops(proto, model):
     raise MpconvertError(f"tf2onnx cannot convert the TensorFlow {noun} {', '.join(blamed)} to ONNX", hint=hint)
 
 
+def _fed_inputs(proto):
+    """Graph inputs a caller feeds (older exporters also list initializers as inputs)."""
+    inits = {t.name for t in proto.graph.initializer}
+    return [i.name for i in proto.graph.input if i.name not in inits]
+
+
 def _check_inputs(proto, specs):
     # A graph input beyond the model's own (a tensor the trace captured and
     # freezing left as a placeholder) is one that no caller knows to feed.
-    inits = {t.name for t in proto.graph.initializer}
-    got = [i.name for i in proto.graph.input if i.name not in inits]
+    got = _fed_inputs(proto)
     want = [s.name for s in specs]
     if got != want:
         extra = [n for n in got if n not in want]
@@ -891,8 +889,7 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
         proto = onnx.load(path)
     except (OSError, DecodeError) as exc:
         raise MpconvertError(f"cannot read ONNX file {path}: {exc}") from exc
-    expected = [i.name for i in proto.graph.input
-                if i.name not in {t.name for t in proto.graph.initializer}]
+    expected = _fed_inputs(proto)
     if sorted(feeds) != sorted(expected):
         raise MpconvertError(f"ONNX inputs are {expected}, but data was given for {sorted(feeds)}",
                              hint="name the sample data after the model's inputs")

@@ -27,13 +27,13 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from .frameworks import Framework
 from .options import PadOptions
-from .rewrite import SIXTEEN_BIT, model_config
+from .configs import SIXTEEN_BIT, builtin_entry, listify, model_config, policy_name, rename_entry, rename_refs, tensor_refs
 from .validate import max_abs_diff, predict
 
 # Layers that act on each channel separately and have no weights: padded
@@ -54,16 +54,12 @@ RECURRENT = {"LSTM", "GRU", "SimpleRNN"}
 SOFTMAXES = ("softmax", "log_softmax")
 NORMALIZING = {"LayerNormalization", "GroupNormalization", "UnitNormalization", "RMSNormalization"}
 
-Ref = tuple[str, int, int]  # (layer name, node index, tensor index)
-
-
 @dataclass(frozen=True)
 class PadPlan:
     multiple: int
     sizes: dict[str, int]  # padded producer layer -> new width
     input_pads: dict[str, int]  # input layer -> new width
     slices: tuple[tuple[str, str], ...]  # (tensor producer, consumer or "" for a model output)
-    in_maps: dict[str, str]  # absorbing layer -> producer whose padding it absorbs
     flatten_maps: dict[str, str]  # Dense after a Flatten -> the Flatten
     padded: tuple[dict, ...]
     skipped: tuple[dict, ...]
@@ -80,50 +76,6 @@ class PadPlan:
 
 
 # --- reading the graph ------------------------------------------------------
-
-
-def _refs(value: Any) -> Iterator[Ref]:
-    """Tensor references in inbound nodes, in both config formats."""
-    if isinstance(value, dict):
-        if value.get("class_name") == "__keras_tensor__":
-            name, node, index = value["config"]["keras_history"]
-            yield name, node, index
-            return
-        for item in value.values():
-            yield from _refs(item)
-    elif isinstance(value, (list, tuple)):  # Keras 3 get_config() returns tuples too
-        if len(value) in (3, 4) and isinstance(value[0], str) and isinstance(value[1], int):
-            yield value[0], value[1], value[2]
-            return
-        for item in value:
-            yield from _refs(item)
-
-
-def _listify(value: Any) -> Any:
-    """A copy with tuples turned into lists, so references can be edited in place."""
-    if isinstance(value, dict):
-        return {k: _listify(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_listify(v) for v in value]
-    return copy.deepcopy(value)
-
-
-def _rename_refs(value: Any, old: str, new: str) -> None:
-    if isinstance(value, dict):
-        if value.get("class_name") == "__keras_tensor__":
-            history = value["config"]["keras_history"]
-            if history[0] == old:
-                history[0] = new
-            return
-        for item in value.values():
-            _rename_refs(item, old, new)
-    elif isinstance(value, list):
-        if len(value) in (3, 4) and isinstance(value[0], str) and isinstance(value[1], int):
-            if value[0] == old:
-                value[0] = new
-            return
-        for item in value:
-            _rename_refs(item, old, new)
 
 
 class _Spaces:
@@ -161,10 +113,6 @@ def _functional_config(model: Any, framework: Framework) -> tuple[Any, dict]:
     return model, model_config(model)
 
 
-def _last_dim(shape) -> int | None:
-    return None if shape is None or len(shape) == 0 else shape[-1]
-
-
 def _shape(tensor) -> tuple:
     return tuple(tensor.shape)
 
@@ -181,12 +129,12 @@ class _Graph:
 def _graph(model: Any, config: dict) -> _Graph:
     entries = {e["config"]["name"]: e for e in config["layers"]}
     layers = {layer.name: layer for layer in model.layers}
-    inputs = {name: [r[0] for r in _refs(e.get("inbound_nodes", []))] for name, e in entries.items()}
+    inputs = {name: [r[0] for r in tensor_refs(e.get("inbound_nodes", []))] for name, e in entries.items()}
     graph = _Graph(entries, layers, inputs)
     for name, sources in inputs.items():
         for source in sources:
             graph.consumers.setdefault(source, []).append(name)
-    graph.outputs = [r[0] for r in _refs(config.get("output_layers", []))]
+    graph.outputs = [r[0] for r in tensor_refs(config.get("output_layers", []))]
     return graph
 
 
@@ -382,7 +330,6 @@ def plan_padding(model: Any, framework: Framework, options: PadOptions) -> tuple
     padded_space = lambda layer: spaces.find(layer) in chosen_roots  # noqa: E731
     slices = tuple((src, act) for act, src in slice_before.items() if padded_space(src))
     slices += tuple((o, "") for o in outputs_needing_slice if padded_space(o))
-    in_maps = {a: s for a, s in absorbers.items() if spaces.find(s) in chosen_roots}
     padded = tuple(
         {"layer": n, "dim": producers[n][1], "from": producers[n][2], "to": w} for n, w in sorted(out.items())
     )
@@ -391,7 +338,6 @@ def plan_padding(model: Any, framework: Framework, options: PadOptions) -> tuple
         sizes=sizes,
         input_pads=input_pads,
         slices=slices,
-        in_maps=in_maps,
         flatten_maps={d: f for d, f in flatten_maps.items() if padded_space(flattens[f])},
         padded=padded,
         skipped=tuple(sorted(skipped, key=lambda s: s["layer"])),
@@ -454,22 +400,14 @@ def _block(kind: str, base: str, shape: tuple, width: int, new_width: int, sourc
     previous = source
     for i, step in enumerate(steps):
         name = last_name if i == len(steps) - 1 else f"{base}_{kind}{i}"
-        entry = {
-            "module": "keras.layers",
-            "class_name": step["class_name"],
-            "config": {"name": name, "trainable": False, "dtype": "float32", **step["config"]},
-            "registered_name": None,
-            "name": name,
-            "inbound_nodes": [[[previous, 0, 0, {}]]],
-        }
-        entries.append(entry)
+        entries.append(builtin_entry(step["class_name"], name, step["config"], previous))
         previous = name
     return entries
 
 
 def apply_padding(model: Any, framework: Framework, plan: PadPlan) -> Any:
     """A new model with the plan's padding; `model` (functional) is not changed."""
-    config = _listify(model_config(model))
+    config = listify(model_config(model))
     layers = {layer.name: layer for layer in model.layers}
     entries = config["layers"]
     by_name = {e["config"]["name"]: e for e in entries}
@@ -488,7 +426,7 @@ def apply_padding(model: Any, framework: Framework, plan: PadPlan) -> Any:
         last = f"{name}_padded"
         for entry in entries:
             if entry["config"]["name"] != name:
-                _rename_refs(entry.get("inbound_nodes", []), name, last)
+                rename_refs(entry.get("inbound_nodes", []), name, last)
         inserted[name] = _block("pad", name, shape, shape[-1], width, name, last)
 
     for source, consumer in plan.slices:
@@ -496,20 +434,18 @@ def apply_padding(model: Any, framework: Framework, plan: PadPlan) -> Any:
         width = _padded_width(plan, shape[-1])
         if consumer:
             last = f"{consumer}_unpadded"
-            _rename_refs(by_name[consumer].get("inbound_nodes", []), source, last)
+            rename_refs(by_name[consumer].get("inbound_nodes", []), source, last)
             inserted.setdefault(source, []).extend(_block("slice", consumer, shape, width, shape[-1], source, last))
         else:
             # A model output keeps its name: the producer is renamed and the
             # slice ends in a layer with the original name.
             inner = f"{source}_padded"
             entry = by_name[source]
-            entry["config"]["name"] = inner
-            if "name" in entry:
-                entry["name"] = inner
+            rename_entry(entry, inner)
             renames[inner] = source
             for other in entries:
                 if other is not entry:
-                    _rename_refs(other.get("inbound_nodes", []), source, inner)
+                    rename_refs(other.get("inbound_nodes", []), source, inner)
             inserted.setdefault(source, []).extend(_block("slice", source, shape, width, shape[-1], inner, source))
 
     new_entries = []
@@ -535,11 +471,9 @@ def _padded_width(plan: PadPlan, width: int) -> int:
 
 
 def _embed(old: np.ndarray, new_shape: tuple, axis_maps: dict[int, np.ndarray], fill: float = 0.0) -> np.ndarray:
+    """`old` placed in a `fill`ed array of `new_shape`; axis_maps give each old index its new one."""
     out = np.full(new_shape, fill, dtype=old.dtype)
-    index = [slice(None)] * old.ndim
-    for axis, mapping in axis_maps.items():
-        index[axis] = mapping
-    out[np.ix_(*[np.arange(s) if isinstance(i, slice) else i for s, i in zip(old.shape, index)])] = old
+    out[np.ix_(*[axis_maps.get(axis, np.arange(n)) for axis, n in enumerate(old.shape)])] = old
     return out
 
 
@@ -611,10 +545,7 @@ def _float32_twin(model: Any, framework: Framework) -> Any:
 
     def strip(value: Any) -> None:
         if isinstance(value, dict):
-            dtype = value.get("dtype")
-            if isinstance(dtype, str) and dtype in SIXTEEN_BIT:
-                value["dtype"] = "float32"
-            elif isinstance(dtype, dict) and dtype.get("config", {}).get("name") in SIXTEEN_BIT:
+            if policy_name(value.get("dtype")) in SIXTEEN_BIT:
                 value["dtype"] = "float32"
             for item in value.values():
                 strip(item)
@@ -623,10 +554,7 @@ def _float32_twin(model: Any, framework: Framework) -> Any:
                 strip(item)
 
     strip(config)
-    with framework.preserved_global_policy():
-        twin = type(model).from_config(config)
-    twin.set_weights(model.get_weights())
-    return twin
+    return framework.rebuild(model, config)
 
 
 def pad(model: Any, framework: Framework, options: PadOptions, inputs: list[np.ndarray], policy: str) -> Padding:

@@ -22,7 +22,8 @@ from .options import ConvertOptions, LoadOptions, PadOptions, RewriteOptions, Va
 from .outdir import check_output, staged_output
 from .pad import PadPlan, pad, plan_padding
 from .report import Report
-from .rewrite import Plan, model_class, model_config, output_activation, plan_conversion, rewrite
+from .configs import model_class, model_config
+from .rewrite import Plan, output_activation, plan_conversion, rewrite
 from .signature import Signature, generate_inputs, signature_of
 from .validate import choose_metric, validate
 

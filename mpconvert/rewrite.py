@@ -16,11 +16,22 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
 
+from .configs import (
+    SIXTEEN_BIT,
+    activation_name,
+    builtin_entry,
+    entry_name,
+    model_class,
+    model_config,
+    policy_name,
+    rename_entry,
+    tensor_refs,
+)
 from .errors import MpconvertError
 from .frameworks import Framework
 from .options import RewriteOptions
@@ -29,7 +40,6 @@ from .options import RewriteOptions
 # float32 at the model's end or the loss sees a 16-bit tensor.
 PROBABILITY_ACTIVATIONS = ("softmax", "log_softmax", "sigmoid")
 SOFTMAX_ACTIVATIONS = ("softmax", "log_softmax")
-SIXTEEN_BIT = ("float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
 MODEL_CLASSES = ("Functional", "Sequential", "Model")
 
 
@@ -76,32 +86,9 @@ class Plan:
 class Rewritten:
     model: Any
     plan: Plan
-    framework: Framework
-    stats: dict = field(default_factory=dict)
 
 
 # --- reading configs -------------------------------------------------------
-
-
-def _policy_name(dtype: Any) -> str | None:
-    if dtype is None:
-        return None
-    if isinstance(dtype, str):
-        return dtype
-    if isinstance(dtype, dict):
-        inner = dtype.get("config", {})
-        if isinstance(inner, dict) and "name" in inner:
-            return inner["name"]
-    return str(dtype)
-
-
-def _activation_name(activation: Any) -> str | None:
-    if isinstance(activation, str):
-        return activation
-    if isinstance(activation, dict):  # serialized function
-        config = activation.get("config")
-        return config if isinstance(config, str) else activation.get("class_name")
-    return None
 
 
 def _is_container(entry: dict) -> bool:
@@ -113,29 +100,12 @@ def _is_sequential(container: dict, class_name: str) -> bool:
     return class_name == "Sequential" or "input_layers" not in container
 
 
-def _output_names(container: dict, sequential: bool) -> set[str]:
+def _output_names(container: dict, sequential: bool) -> list[str]:
+    """Names of the layers producing a container's outputs, in output order."""
     if sequential:
         layers = [e for e in container["layers"] if e.get("class_name") != "InputLayer"]
-        return {layers[-1]["config"]["name"]} if layers else set()
-    names: set[str] = set()
-
-    def collect(ref: Any) -> None:
-        # output_layers is [name, node, tensor], a list of those, or a dict of them
-        if isinstance(ref, list) and len(ref) == 3 and isinstance(ref[0], str):
-            names.add(ref[0])
-        elif isinstance(ref, list):
-            for item in ref:
-                collect(item)
-        elif isinstance(ref, dict):
-            for item in ref.values():
-                collect(item)
-
-    collect(container.get("output_layers", []))
-    return names
-
-
-def _entry_name(entry: dict) -> str:
-    return entry["config"]["name"]
+        return [entry_name(layers[-1])] if layers else []
+    return [ref[0] for ref in tensor_refs(container.get("output_layers", []))]
 
 
 # --- deciding --------------------------------------------------------------
@@ -159,14 +129,14 @@ class _Planner:
 
     def container(self, container: dict, class_name: str, prefix: str, at_output: bool, forced: str | None) -> None:
         sequential = _is_sequential(container, class_name)
-        outputs = _output_names(container, sequential) if at_output else set()
+        outputs = set(_output_names(container, sequential)) if at_output else set()
         for entry in container["layers"]:
-            self.taken_names.add(_entry_name(entry))
+            self.taken_names.add(entry_name(entry))
         for entry in container["layers"]:
             self.entry(entry, prefix, sequential, entry["config"]["name"] in outputs, forced)
 
     def entry(self, entry: dict, prefix: str, sequential: bool, is_output: bool, forced: str | None) -> None:
-        name = _entry_name(entry)
+        name = entry_name(entry)
         cls = entry["class_name"]
         config = entry["config"]
         path = prefix + name
@@ -175,7 +145,7 @@ class _Planner:
             self.container(config, cls, path + "/", is_output, reason)
             return
         if cls == "InputLayer":
-            return self.decide(path, cls, _policy_name(config.get("dtype")) or "float32", "input layer")
+            return self.decide(path, cls, policy_name(config.get("dtype")) or "float32", "input layer")
         if "dtype" not in config:
             # A plain operation (keras.ops / TF op) runs in its inputs' dtype,
             # so at a model output it needs a float32 cast after it.
@@ -183,7 +153,7 @@ class _Planner:
                 self.decide(self.split(prefix, path, "linear", name + "_op"), cls, None, None)
                 return self.decide(path, "Activation", "float32", "model output (float32 cast of an operation)")
             return self.decide(path, cls, None, None)
-        current = _policy_name(config.get("dtype")) or "float32"
+        current = policy_name(config.get("dtype")) or "float32"
         if current in SIXTEEN_BIT:
             raise MpconvertError(
                 f"layer {path!r} ({cls}) already has dtype policy {current!r}: this model "
@@ -194,7 +164,7 @@ class _Planner:
             return self.decide(path, cls, current, f"dtype {current} is not float32; left unchanged")
         if reason:
             return self.decide(path, cls, "float32", reason)
-        activation = _activation_name(config.get("activation"))
+        activation = activation_name(config.get("activation"))
         if cls == "Softmax" or (cls == "Activation" and activation in SOFTMAX_ACTIVATIONS):
             return self.decide(path, cls, "float32", "softmax")
         if not is_output:
@@ -245,7 +215,7 @@ def _iter_containers(config: dict, class_name: str, prefix: str = "") -> Iterato
     yield config, _is_sequential(config, class_name), prefix
     for entry in config["layers"]:
         if _is_container(entry):
-            yield from _iter_containers(entry["config"], entry["class_name"], prefix + _entry_name(entry) + "/")
+            yield from _iter_containers(entry["config"], entry["class_name"], prefix + entry_name(entry) + "/")
 
 
 def apply_plan(config: dict, model_class: str, plan: Plan, mixed: set[str] | None = None) -> dict:
@@ -260,7 +230,7 @@ def apply_plan(config: dict, model_class: str, plan: Plan, mixed: set[str] | Non
     for container, sequential, prefix in _iter_containers(new, model_class):
         entries = []
         for entry in container["layers"]:
-            path = prefix + _entry_name(entry)
+            path = prefix + entry_name(entry)
             split = splits.get(path)
             if split is not None:
                 entries.extend(_split_entry(entry, split, sequential, mixed_here=prefix + split.linear_name in mixed, policy=plan.policy))
@@ -273,52 +243,20 @@ def apply_plan(config: dict, model_class: str, plan: Plan, mixed: set[str] | Non
 
 
 def _split_entry(entry: dict, split: Split, sequential: bool, mixed_here: bool, policy: str) -> list[dict]:
-    original_name = _entry_name(entry)
+    original_name = entry_name(entry)
     linear = copy.deepcopy(entry)
-    linear["config"]["name"] = split.linear_name
-    if "name" in linear:
-        linear["name"] = split.linear_name
+    rename_entry(linear, split.linear_name)
     if "activation" in linear["config"]:
         linear["config"]["activation"] = "linear"
     if mixed_here:
         linear["config"]["dtype"] = policy
-    head = {
-        "module": "keras.layers",
-        "class_name": "Activation",
-        "config": {"name": original_name, "trainable": True, "dtype": "float32", "activation": split.activation},
-        "registered_name": None,
-    }
-    if not sequential:
-        head["name"] = original_name
-        # The legacy node format ([[name, node, tensor, kwargs]]) is read by
-        # both Keras 3 and tf-keras, so one shape serves both frameworks.
-        head["inbound_nodes"] = [[[split.linear_name, 0, 0, {}]]]
+    head = builtin_entry(
+        "Activation", original_name, {"activation": split.activation}, None if sequential else split.linear_name
+    )
     return [linear, head]
 
 
 # --- rebuilding -------------------------------------------------------------
-
-
-def model_config(model: Any) -> dict:
-    try:
-        config = model.get_config()
-    except NotImplementedError:
-        config = None
-    if not isinstance(config, dict) or not isinstance(config.get("layers"), list):
-        raise MpconvertError(
-            f"model {model.name!r} ({type(model).__name__}) is a subclassed model without a layer graph",
-            hint="mpconvert converts Functional and Sequential models; rebuild it as one, "
-            "or set the policy in its code with keras.mixed_precision.set_global_policy",
-        )
-    return config
-
-
-def model_class(model: Any) -> str:
-    return "Sequential" if type(model).__name__ == "Sequential" else "Functional"
-
-
-def plan_for(model: Any, options: RewriteOptions) -> Plan:
-    return plan_conversion(model_config(model), model_class(model), options)
 
 
 def rewrite(model: Any, framework: Framework, options: RewriteOptions, smoke_inputs: list[np.ndarray]) -> Rewritten:
@@ -332,8 +270,8 @@ def rewrite(model: Any, framework: Framework, options: RewriteOptions, smoke_inp
         except Exception as exc:
             raise _locate_failure(framework, model, config, cls, plan, smoke_inputs, exc) from exc
         renames = {s.path: s.linear_name for s in plan.splits}
-        copied = _copy_weights(model, new, renames)
-    return Rewritten(new, plan, framework, {"weights_copied": copied})
+        _copy_weights(model, new, renames)
+    return Rewritten(new, plan)
 
 
 def _build(framework: Framework, model: Any, config: dict, smoke_inputs: list[np.ndarray]) -> Any:
@@ -387,9 +325,8 @@ def _short(error: BaseException) -> str:
     return (text[:240] + "...") if len(text) > 240 else text or type(error).__name__
 
 
-def _copy_weights(old: Any, new: Any, renames: dict[str, str]) -> int:
-    """Copy every layer's float32 weights by name; returns the number of arrays."""
-    copied = 0
+def _copy_weights(old: Any, new: Any, renames: dict[str, str]) -> None:
+    """Copy every layer's float32 weights by name, and prove them unchanged."""
     for layer in old.layers:
         weights = layer.get_weights()
         if not weights:
@@ -399,27 +336,14 @@ def _copy_weights(old: Any, new: Any, renames: dict[str, str]) -> int:
         for before, after in zip(weights, target.get_weights()):
             if before.shape != after.shape or not np.array_equal(before, after):
                 raise AssertionError(f"weights of {layer.name!r} changed while copying")
-        copied += len(weights)
-    return copied
 
 
 def output_activation(config: dict, class_name: str) -> str | None:
     """The activation that produces the model's first output, if any."""
-    sequential = _is_sequential(config, class_name)
-    if sequential:
-        entry = [e for e in config["layers"] if e.get("class_name") != "InputLayer"][-1]
-    else:
-        first = _first_output_name(config.get("output_layers"))
-        entry = next(e for e in config["layers"] if _entry_name(e) == first)
+    first = _output_names(config, _is_sequential(config, class_name))[0]
+    entry = next(e for e in config["layers"] if entry_name(e) == first)
     if _is_container(entry):
         return output_activation(entry["config"], entry["class_name"])
     if entry["class_name"] == "Softmax":
         return "softmax"
-    return _activation_name(entry["config"].get("activation"))
-
-
-def _first_output_name(ref: Any) -> str:
-    if isinstance(ref, list) and len(ref) == 3 and isinstance(ref[0], str):
-        return ref[0]
-    items = list(ref.values()) if isinstance(ref, dict) else list(ref)
-    return _first_output_name(items[0])
+    return activation_name(entry["config"].get("activation"))
