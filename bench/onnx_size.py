@@ -17,7 +17,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from mpconvert.frameworks import KERAS3  # noqa: E402
-from mpconvert.onnx_export import keras_to_onnx  # noqa: E402
+from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
 from mpconvert.options import RewriteOptions  # noqa: E402
 from mpconvert.rewrite import rewrite  # noqa: E402
 from mpconvert.signature import generate_inputs, signature_of  # noqa: E402

@@ -23,9 +23,9 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from mpconvert.finetune import _Trainer  # noqa: E402
+from mpconvert.finetune import Trainer  # noqa: E402
 from mpconvert.frameworks import KERAS3  # noqa: E402
-from mpconvert.onnx_export import keras_to_onnx  # noqa: E402
+from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
 from mpconvert.options import RewriteOptions  # noqa: E402
 from mpconvert.rewrite import rewrite  # noqa: E402
 
@@ -53,7 +53,7 @@ def train_step_ms(model, policy, x, y) -> float:
     if policy != "float32":
         model = rewrite(model, KERAS3, RewriteOptions(policy), [x[:2]]).model
     loss = keras.losses.get("sparse_categorical_crossentropy")
-    trainer = _Trainer(KERAS3, model, loss, 1e-4, loss_scaling=policy == "mixed_float16")
+    trainer = Trainer(KERAS3, model, loss, 1e-4, loss_scaling=policy == "mixed_float16")
     return median_ms(lambda: trainer.step([x], y))
 
 

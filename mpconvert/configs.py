@@ -15,8 +15,6 @@ from typing import Any, Iterator
 
 from .errors import MpconvertError
 
-SIXTEEN_BIT = ("float16", "bfloat16", "mixed_float16", "mixed_bfloat16")
-
 Ref = tuple[str, int, int]  # (layer name, node index, tensor index)
 
 

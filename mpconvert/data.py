@@ -8,12 +8,14 @@ reported with the key and the expected shape, before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -57,14 +59,51 @@ def input_keys(signature: Signature, suffix: str = "") -> list[str]:
     return [spec.name + suffix for spec in signature.inputs]
 
 
+def resolve_data(spec: Any, signature: Signature, task: Task) -> EvalData | None:
+    """Labelled data in any form the CLI or the Python API accepts; None when none was given.
+
+    A path (an .npz file), "module:function" (its result as below), or, from
+    Python: (x, y) arrays, (train, validation) as a tuple of two such pairs
+    (train may be None), a tf.data.Dataset of (x, y) for validation, or a
+    (train, validation) tuple of Datasets. x is an array, or a list or dict
+    (by input name) of arrays for a model with several inputs.
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, (str, Path)):
+        if isinstance(spec, str) and is_callable_spec(spec):
+            return load_callable(spec, signature, task)
+        return load_npz(Path(spec), signature, task)
+    train, validation = _train_and_validation(spec)
+    return _from_parts("data", train, validation, signature, task, "arrays")
+
+
+def _is_part(value: Any) -> bool:
+    """A whole split: a Dataset, or an (x, y) pair (a tuple, where y itself is an array)."""
+    return hasattr(value, "as_numpy_iterator") or (isinstance(value, tuple) and len(value) == 2)
+
+
+def _train_and_validation(spec: Any) -> tuple[Any, Any]:
+    if hasattr(spec, "as_numpy_iterator"):
+        return None, spec
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        if _is_part(spec[1]) and (spec[0] is None or _is_part(spec[0])):
+            return spec[0], spec[1]
+        return None, tuple(spec)
+    raise MpconvertError(
+        f"data= got {type(spec).__name__}, which is not a form of labelled data",
+        hint="pass a .npz path, (x, y) arrays, ((x_train, y_train), (x_val, y_val)), or a tf.data.Dataset of (x, y)",
+    )
+
+
 def load_npz(path: Path, signature: Signature, task: Task) -> EvalData:
-    return _eval_data(path, _read(path), signature, task, "npz")
+    return _eval_data(f"data file {path}", _read(path), signature, task, "npz", str(path))
 
 
-def _eval_data(origin, arrays: dict, signature: Signature, task: Task, source: str) -> EvalData:
-    validation = _split(origin, arrays, signature, task, "", required=True)
-    train = _split(origin, arrays, signature, task, "_train", required=False)
-    return EvalData(validation, train, source, str(origin))
+def _eval_data(where: str, arrays: dict, signature: Signature, task: Task, source: str, origin: str | None) -> EvalData:
+    validation = _split(where, arrays, signature, task, "", required=True)
+    train = _split(where, arrays, signature, task, "_train", required=False)
+    return EvalData(validation, train, source, origin)
 
 
 CALLABLE_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -84,10 +123,9 @@ def load_callable(spec: str, signature: Signature, task: Task) -> EvalData:
     train.
     """
     module_name, function_name = spec.split(":")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))  # like `python -m`: modules beside the user
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
+        with _current_dir_importable():
+            function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
         raise MpconvertError(
             f"--data {spec}: cannot import {function_name!r} from {module_name!r} ({exc})",
@@ -105,16 +143,35 @@ def load_callable(spec: str, signature: Signature, task: Task) -> EvalData:
             f"--data {spec} returned {type(result).__name__}, expected a pair (train, validation)",
             hint="return (train, validation), each (x, y) arrays or a tf.data.Dataset of (x, y); train may be None",
         )
+    return _from_parts(f"--data {spec}", result[0], result[1], signature, task, "callable", spec)
+
+
+@contextlib.contextmanager
+def _current_dir_importable() -> Iterator[None]:
+    """Like `python -m`: modules beside the user import, for this import only."""
+    cwd = str(Path.cwd())
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _from_parts(where: str, train, validation, signature: Signature, task: Task, source: str, origin: str | None = None) -> EvalData:
+    """EvalData from (x, y) pairs or Datasets, checked like an .npz's arrays."""
+    if validation is None:
+        raise MpconvertError(f"{where} has no validation data", hint="give (train, validation); train may be None")
     arrays: dict[str, np.ndarray] = {}
-    for part, suffix in zip(result, ("_train", "")):
+    for part, suffix in ((train, "_train"), (validation, "")):
         if part is None:
-            if suffix == "":
-                raise MpconvertError(f"--data {spec} returned no validation data", hint="return (train, validation)")
             continue
-        x, y = _materialize(spec, part, signature, suffix)
+        x, y = _materialize(where, part, signature, suffix)
         arrays.update(zip(input_keys(signature, suffix), x))
         arrays["y" + suffix] = y
-    return _eval_data(spec, arrays, signature, task, "callable")
+    return _eval_data(where, arrays, signature, task, source, origin)
 
 
 def _materialize(spec: str, part, signature: Signature, suffix: str) -> tuple[list[np.ndarray], np.ndarray]:
@@ -122,10 +179,10 @@ def _materialize(spec: str, part, signature: Signature, suffix: str) -> tuple[li
     if hasattr(part, "as_numpy_iterator"):  # a tf.data.Dataset
         elements = list(part.as_numpy_iterator())
         if not elements:
-            raise MpconvertError(f"--data {spec}: the {which} dataset is empty", hint="return at least one sample")
+            raise MpconvertError(f"{spec}: the {which} dataset is empty", hint="return at least one sample")
         if not (isinstance(elements[0], tuple) and len(elements[0]) == 2):
             raise MpconvertError(
-                f"--data {spec}: the {which} dataset yields {type(elements[0]).__name__}, expected (x, y) pairs",
+                f"{spec}: the {which} dataset yields {type(elements[0]).__name__}, expected (x, y) pairs",
                 hint="map it to (inputs, labels), e.g. ds.map(lambda r: (r['image'], r['label']))",
             )
         xs = [_per_input(spec, e[0], signature, which) for e in elements]
@@ -135,7 +192,7 @@ def _materialize(spec: str, part, signature: Signature, suffix: str) -> tuple[li
         return x, join([np.asarray(e[1]) for e in elements])
     if not (isinstance(part, (tuple, list)) and len(part) == 2):
         raise MpconvertError(
-            f"--data {spec}: the {which} part is {type(part).__name__}, expected (x, y) or a tf.data.Dataset",
+            f"{spec}: the {which} part is {type(part).__name__}, expected (x, y) or a tf.data.Dataset",
             hint="return (train, validation), each as (x, y)",
         )
     return _per_input(spec, part[0], signature, which), np.asarray(part[1])
@@ -147,7 +204,7 @@ def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarra
         missing = [n for n in names if n not in x]
         if missing:
             raise MpconvertError(
-                f"--data {spec}: the {which} inputs have no {missing[0]!r} (they have {', '.join(map(str, x))})",
+                f"{spec}: the {which} inputs have no {missing[0]!r} (they have {', '.join(map(str, x))})",
                 hint=f"name the inputs {', '.join(names)}",
             )
         return [np.asarray(x[n]) for n in names]
@@ -182,7 +239,7 @@ def _unreadable(path: Path, exc: Exception) -> MpconvertError:
     )
 
 
-def _split(path: Path, arrays: dict, signature: Signature, task: Task, suffix: str, required: bool) -> Split | None:
+def _split(where: str, arrays: dict, signature: Signature, task: Task, suffix: str, required: bool) -> Split | None:
     keys = input_keys(signature, suffix)
     label_key = "y" + suffix
     present = [k for k in keys + [label_key] if k in arrays]
@@ -192,81 +249,81 @@ def _split(path: Path, arrays: dict, signature: Signature, task: Task, suffix: s
     if missing:
         expected = ", ".join(f"{k} {s.describe()}" for k, s in zip(keys, signature.inputs))
         raise MpconvertError(
-            f"data file {path} has no key {missing[0]!r} (it has: {', '.join(sorted(arrays)) or 'nothing'})",
+            f"{where} has no key {missing[0]!r} (it has: {', '.join(sorted(arrays)) or 'nothing'})",
             hint=f"the model expects {expected} and labels {label_key} with one row per sample",
         )
-    inputs = tuple(_check_input(path, key, arrays[key], spec) for key, spec in zip(keys, signature.inputs))
-    labels = _check_labels(path, label_key, arrays[label_key], task)
+    inputs = tuple(_check_input(where, key, arrays[key], spec) for key, spec in zip(keys, signature.inputs))
+    labels = _check_labels(where, label_key, arrays[label_key], task)
     for key, array in zip(keys, inputs):
         if len(array) != len(labels):
             raise MpconvertError(
-                f"data file {path}: {key!r} has {len(array)} rows but {label_key!r} has {len(labels)}",
+                f"{where}: {key!r} has {len(array)} rows but {label_key!r} has {len(labels)}",
                 hint="inputs and labels need one row per sample",
             )
     return Split(inputs, labels)
 
 
-def _check_input(path: Path, key: str, array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+def _check_input(where: str, key: str, array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     expected = f"expected {spec.describe()} for input {spec.name!r}"
     if array.size == 0 or array.ndim == 0:
-        raise MpconvertError(f"data file {path}: {key!r} is empty", hint=f"{expected}, with at least one row")
+        raise MpconvertError(f"{where}: {key!r} is empty", hint=f"{expected}, with at least one row")
     if array.ndim != len(spec.shape) or any(
         d is not None and a != d for a, d in zip(array.shape[1:], spec.shape[1:])
     ):
         raise MpconvertError(
-            f"data file {path}: {key!r} has shape {array.shape}, {expected}",
+            f"{where}: {key!r} has shape {array.shape}, {expected}",
             hint="reshape the array to the model's input shape",
         )
     if spec.is_float:
         if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
             raise MpconvertError(
-                f"data file {path}: {key!r} has dtype {array.dtype}, {expected}",
+                f"{where}: {key!r} has dtype {array.dtype}, {expected}",
                 hint="store numbers, e.g. x.astype('float32')",
             )
         array = array.astype(np.float32)
         if not np.isfinite(array).all():
             bad = int(np.count_nonzero(~np.isfinite(array)))
             raise MpconvertError(
-                f"data file {path}: {key!r} contains {bad} NaN or infinite value(s)",
+                f"{where}: {key!r} contains {bad} NaN or infinite value(s)",
                 hint="clean or impute the data; validation needs finite inputs",
             )
         return array
     if not np.issubdtype(array.dtype, np.integer):
         raise MpconvertError(
-            f"data file {path}: {key!r} has dtype {array.dtype}, {expected}",
+            f"{where}: {key!r} has dtype {array.dtype}, {expected}",
             hint="integer inputs (token ids) must be stored as integers",
         )
     return array.astype(spec.dtype)
 
 
-def _check_labels(path: Path, key: str, labels: np.ndarray, task: Task) -> np.ndarray:
+def _check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.ndarray:
     if labels.size == 0 or labels.ndim == 0:
-        raise MpconvertError(f"data file {path}: {key!r} is empty", hint="store one label per sample")
+        raise MpconvertError(f"{where}: {key!r} is empty", hint="store one label per sample")
     if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_):
         raise MpconvertError(
-            f"data file {path}: {key!r} has dtype {labels.dtype}",
+            f"{where}: {key!r} has dtype {labels.dtype}",
             hint="labels must be numbers (class ids, 0/1, or regression targets)",
         )
     if not np.isfinite(labels.astype(np.float64)).all():
-        raise MpconvertError(f"data file {path}: {key!r} contains NaN or infinite values", hint="clean the labels")
+        raise MpconvertError(f"{where}: {key!r} contains NaN or infinite values", hint="clean the labels")
     out = task.output
     if task.kind == "softmax":
         classes = task.classes
         if labels.ndim == 2 and labels.shape[1] == classes and classes > 1:
-            labels = _one_hot_to_ids(path, key, labels)
+            labels = _one_hot_to_ids(where, key, labels)
         if labels.ndim == 2 and labels.shape[1] == 1:
             labels = labels[:, 0]
         if labels.ndim != 1:
             raise MpconvertError(
-                f"data file {path}: {key!r} has shape {labels.shape}, expected (n,) class ids "
+                f"{where}: {key!r} has shape {labels.shape}, expected (n,) class ids "
                 f"in [0, {classes}) or (n, {classes}) one-hot rows",
                 hint="store one integer class id per sample",
             )
         if not np.all(np.equal(np.mod(labels, 1), 0)):
-            raise MpconvertError(f"data file {path}: {key!r} holds non-integer class ids", hint="store integer class ids")
+            raise MpconvertError(f"{where}: {key!r} holds non-integer class ids", hint="store integer class ids")
         if labels.min() < 0 or labels.max() >= classes:
             raise MpconvertError(
-                f"data file {path}: {key!r} has labels from {labels.min():g} to {labels.max():g}, "
+                f"{where}: {key!r} has labels from {labels.min():g} to {labels.max():g}, "
                 f"but output {out.name!r} has {classes} classes (0 to {classes - 1})",
                 hint="check that the labels belong to this model",
             )
@@ -276,7 +333,7 @@ def _check_labels(path: Path, key: str, labels: np.ndarray, task: Task) -> np.nd
         # (n,) targets for an (n, 1) output are the same thing
         if int(np.prod(labels.shape[1:])) != int(np.prod(row_shape)):
             raise MpconvertError(
-                f"data file {path}: {key!r} has shape {labels.shape}, expected {out.describe()} "
+                f"{where}: {key!r} has shape {labels.shape}, expected {out.describe()} "
                 f"like output {out.name!r}",
                 hint="store one target row per sample, shaped like the model output",
             )
@@ -284,17 +341,17 @@ def _check_labels(path: Path, key: str, labels: np.ndarray, task: Task) -> np.nd
     labels = labels.astype(np.float32)
     if task.kind == "sigmoid" and not np.isin(labels, (0.0, 1.0)).all():
         raise MpconvertError(
-            f"data file {path}: {key!r} must hold 0/1 labels for sigmoid output {out.name!r} "
+            f"{where}: {key!r} must hold 0/1 labels for sigmoid output {out.name!r} "
             f"(found values from {labels.min():g} to {labels.max():g})",
             hint="store binary labels as 0 and 1",
         )
     return labels
 
 
-def _one_hot_to_ids(path: Path, key: str, labels: np.ndarray) -> np.ndarray:
+def _one_hot_to_ids(where: str, key: str, labels: np.ndarray) -> np.ndarray:
     if not (np.isin(labels, (0, 1)).all() and np.all(labels.sum(axis=1) == 1)):
         raise MpconvertError(
-            f"data file {path}: {key!r} has one column per class but its rows are not one-hot",
+            f"{where}: {key!r} has one column per class but its rows are not one-hot",
             hint="store class ids (n,) or exact one-hot rows",
         )
     return labels.argmax(axis=1)

@@ -21,11 +21,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .data import EvalData, Split, Task
+from .configs import model_config
+from .context import Context
+from .data import Split, Task
 from .errors import MpconvertError
 from .frameworks import Framework
 from .options import FinetuneOptions
-from .configs import model_config
+from .precision import Precision
 from .validate import metric_value, predict, worse_by
 
 # A fresh dynamic loss scale starts at 2**15 and halves on each overflow, so
@@ -110,7 +112,7 @@ class _Batches:
         return [x[take] for x in self.split.inputs], self.split.labels[take]
 
 
-class _Trainer:
+class Trainer:
     """One model, one optimizer, and a traced gradient step."""
 
     def __init__(self, framework: Framework, model: Any, loss_fn: Any, learning_rate: float, loss_scaling: bool):
@@ -165,7 +167,7 @@ def _timed_float32_step(framework: Framework, original: Any, loss_fn: Any, optio
     A copy, because the original's weights must never change.
     """
     copy = framework.rebuild(original, model_config(original))
-    trainer = _Trainer(framework, copy, loss_fn, options.learning_rate, loss_scaling=False)
+    trainer = Trainer(framework, copy, loss_fn, options.learning_rate, loss_scaling=False)
     trainer.step(*batches[0])  # traces
     times = []
     for inputs, labels in batches[1 : TIMED_STEPS + 1]:
@@ -175,13 +177,13 @@ def _timed_float32_step(framework: Framework, original: Any, loss_fn: Any, optio
     return statistics.median(times) * 1000
 
 
-def _health(step: int, loss: float, skipped: int, scale: float | None, policy: str) -> tuple[str, str] | None:
+def _health(step: int, loss: float, skipped: int, scale: float | None, precision: Precision) -> tuple[str, str] | None:
     """(problem, advice) when training went wrong, else None."""
     if not np.isfinite(loss):
         return (
             f"the loss became {loss} at step {step}: activations overflow 16 bits",
             "keep the overflowing layers in float32 with --keep-float32 NAME, "
-            + ("or use mixed_bfloat16 (float32's range), " if policy == "mixed_float16" else "")
+            + ("or use mixed_bfloat16 (float32's range), " if precision.overflows else "")
             + "or lower --learning-rate",
         )
     if scale is not None and scale <= 1.0:
@@ -199,19 +201,9 @@ def _health(step: int, loss: float, skipped: int, scale: float | None, policy: s
     return None
 
 
-def finetune(
-    framework: Framework,
-    original: Any,
-    model: Any,
-    data: EvalData,
-    task: Task,
-    metric: str,
-    policy: str,
-    options: FinetuneOptions,
-    saved_loss: Any = None,
-    on_step: StepCallback | None = None,
-) -> Finetune:
-    """Fine-tune `model` (the converted one) in place; `original` is only read."""
+def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None = None) -> Finetune:
+    """Fine-tune `model` (the converted one) in place; the original is only read."""
+    framework, data, task, metric = context.framework, context.data, context.task, context.metric
     train = data.train
     if train is None or train.labels is None:
         raise MpconvertError(
@@ -220,17 +212,17 @@ def finetune(
         )
     started = time.perf_counter()
     framework.set_seed(options.seed)
-    loss_fn, loss_name = resolve_loss(framework, options.loss, saved_loss, task)
+    loss_fn, loss_name = resolve_loss(framework, options.loss, context.saved_loss, task)
     validation = data.validation
     before_weights = model.get_weights()
     metric_before = metric_value(metric, task, predict(model, validation.inputs)[0], validation.labels)
 
     batches = _Batches(train, options.batch_size, options.seed)
     timing_batches = [batches.next() for _ in range(TIMED_STEPS + 1)]
-    float32_ms = _timed_float32_step(framework, original, loss_fn, options, timing_batches)
+    float32_ms = _timed_float32_step(framework, context.original, loss_fn, options, timing_batches)
     batches = _Batches(train, options.batch_size, options.seed)  # the same batches again
 
-    trainer = _Trainer(framework, model, loss_fn, options.learning_rate, loss_scaling=policy == "mixed_float16")
+    trainer = Trainer(framework, model, loss_fn, options.learning_rate, loss_scaling=context.precision.loss_scaling)
     initial_scale = trainer.loss_scale()
     scales: list[float] = []
     losses: list[float] = []
@@ -249,7 +241,7 @@ def finetune(
             scales.append(scale)
         if on_step:
             on_step(step, options.steps, loss, scale)
-        problem = _health(step, loss, skipped, scale, policy)
+        problem = _health(step, loss, skipped, scale, context.precision)
         if problem:
             break
 

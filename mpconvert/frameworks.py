@@ -122,3 +122,15 @@ class Framework:
 
 KERAS3 = Framework("keras")
 TF_KERAS = Framework("tf_keras")
+
+
+def framework_of(model: Any) -> Framework | None:
+    """The framework a live model object belongs to, without importing the other one."""
+    for cls in type(model).__mro__:
+        if cls.__name__ == "Model":
+            root = cls.__module__.split(".")[0]
+            if root == "keras":
+                return KERAS3
+            if root == "tf_keras":
+                return TF_KERAS
+    return None

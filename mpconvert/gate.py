@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MpconvertError
-from .options import ARTIFACT_KINDS, DEFAULT_MAX_DROP, POLICIES, GateOptions
+from .options import ARTIFACT_KINDS, DEFAULT_MAX_DROP, GateOptions
+from .precision import POLICIES, Precision
 from .validate import within, worse_by
 
 # At least this share of predictions (argmax, or the 0.5 threshold for a
@@ -48,10 +49,7 @@ DEFAULT_ATOL = 1e-5
 #   the ONNX tests. 0.02 (40u) and 0.1 (26u) leave 5x and 2.6x over the worst
 #   of those while still failing an export that computes something else
 #   (O(1) on probabilities).
-DEFAULT_RTOL = {
-    "mixed_float16": {"savedmodel": 2e-3, "keras": 2e-3, "onnx": 2e-2},
-    "mixed_bfloat16": {"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1},
-}
+# The values live in each Precision's parity_rtol.
 
 POLICY_REWRITE = "policy rewrite"
 FINETUNE_HEALTH = "fine-tune health"
@@ -89,12 +87,12 @@ class Thresholds:
     baseline: Baseline | None = None
 
     @classmethod
-    def defaults(cls, policy: str, max_drop: float = DEFAULT_MAX_DROP) -> "Thresholds":
+    def defaults(cls, policy: str | Precision, max_drop: float = DEFAULT_MAX_DROP) -> "Thresholds":
         return cls(
             max_drop=max_drop,
             min_agreement=DEFAULT_MIN_AGREEMENT,
             atol=dict.fromkeys(ARTIFACT_KINDS, DEFAULT_ATOL),
-            rtol=dict(DEFAULT_RTOL[policy]),
+            rtol=dict(Precision.of(policy).parity_rtol),
             max_regression=DEFAULT_MAX_REGRESSION,
         )
 
@@ -175,7 +173,7 @@ def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
     checks = [_policy_rewrite(report)]
     if report.get("finetune"):
         checks.append(_finetune_health(report["finetune"]))
-    checks.append(_accuracy(validation, thresholds.max_drop))
+    checks.append(check_accuracy(validation, thresholds.max_drop))
     if validation["agreement"] is not None:  # None for regression models
         checks.append(_agreement(validation, thresholds.min_agreement))
     elif validation.get("agreement_rows") == 0:
@@ -221,7 +219,7 @@ def _finetune_health(tuning: dict) -> Check:
     return Check(FINETUNE_HEALTH, False, message, values)
 
 
-def _accuracy(v: dict, max_drop: float) -> Check:
+def check_accuracy(v: dict, max_drop: float) -> Check:
     nonfinite = v["nonfinite_outputs"]
     values = {
         "metric": v["metric"],
@@ -386,7 +384,8 @@ def stored_thresholds(report: dict) -> Thresholds:
     """
     stored = report.get("gate", {}).get("thresholds")
     if stored is None:
-        return Thresholds.defaults(report["policy"], report["validation"]["max_drop"])
+        # Reports from before the gate section kept the budget with the validation.
+        return Thresholds.defaults(report["policy"], report["validation"].get("max_drop", DEFAULT_MAX_DROP))
     try:
         return Thresholds.from_dict(stored)
     except (TypeError, AttributeError) as exc:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import MpconvertError
-from .frameworks import KERAS3, TF_KERAS, Framework
+from .frameworks import KERAS3, TF_KERAS, Framework, framework_of
 from .options import LoadOptions
 
 SAVEDMODEL_WITHOUT_KERAS_HINT = (
@@ -36,12 +36,9 @@ SAVEDMODEL_WITHOUT_KERAS_HINT = (
 class Loaded:
     model: Any
     framework: Framework
-    path: Path
-    format: str  # "keras", "h5" or "savedmodel"
+    format: str  # "keras", "h5", "savedmodel", or "object" for a live model
     safe: bool  # False when the user allowed code-carrying layers
-    # Raw model config as stored in the file (plain JSON), for later stages
-    # that need what the file says rather than what the live object reports.
-    stored_config: dict
+    saved_loss: Any = None  # the loss the model was compiled with, as stored
 
 
 def detect_format(path: Path) -> str:
@@ -106,12 +103,11 @@ def _json(raw: str | bytes) -> Any:
     return json.loads(raw if isinstance(raw, str) else raw.decode("utf-8"))
 
 
-def saved_loss(loaded: "Loaded") -> Any:
+def _saved_loss(stored: dict, fmt: str) -> Any:
     """The loss the model was compiled with, as stored in the file, or None."""
-    stored = loaded.stored_config
-    if loaded.format == "keras":
+    if fmt == "keras":
         compile_config = stored.get("compile_config") or {}
-    elif loaded.format == "h5":
+    elif fmt == "h5":
         compile_config = stored.get("training_config") or {}
     else:
         compile_config = (stored.get("root") or {}).get("training_config") or {}
@@ -164,20 +160,20 @@ def refuse_code_layers(path: Path, stored_config: dict) -> None:
 
 def load_model(options: LoadOptions) -> Loaded:
     path = options.path
+    if path is None:
+        return _live(options.source)
     fmt = detect_format(path)
     stored = read_stored_config(path, fmt)
     if not options.unsafe_deserialization:
         refuse_code_layers(path, stored)
     safe = not options.unsafe_deserialization
+    loss = _saved_loss(stored, fmt)
     if fmt == "savedmodel":
-        model = _load_with(TF_KERAS, path, safe)
-        return Loaded(model, TF_KERAS, path, fmt, safe, stored)
+        return Loaded(_load_with(TF_KERAS, path, safe), TF_KERAS, fmt, safe, loss)
     if fmt == "keras":
-        model = _load_with(KERAS3, path, safe)
-        return Loaded(model, KERAS3, path, fmt, safe, stored)
+        return Loaded(_load_with(KERAS3, path, safe), KERAS3, fmt, safe, loss)
     try:
-        model = _load_with(KERAS3, path, safe)
-        return Loaded(model, KERAS3, path, fmt, safe, stored)
+        return Loaded(_load_with(KERAS3, path, safe), KERAS3, fmt, safe, loss)
     except MpconvertError as keras3_error:
         # Files written by tf.keras 2.x carry config keys Keras 3 rejects
         # (an LSTM's `time_major`, for one); tf-keras reads them natively.
@@ -189,7 +185,22 @@ def load_model(options: LoadOptions) -> Loaded:
                 f"Keras 3 said: {keras3_error.message}; tf-keras said: {tf_keras_error.message}",
                 hint=keras3_error.hint,
             ) from None
-        return Loaded(model, TF_KERAS, path, fmt, safe, stored)
+        return Loaded(model, TF_KERAS, fmt, safe, loss)
+
+
+def _live(model: Any) -> Loaded:
+    """A model object from the Python API. It is only read: the rewrite
+    builds a new model from its config and copies the weights across."""
+    framework = framework_of(model)
+    if framework is None:
+        raise MpconvertError(
+            f"model= got {type(model).__name__}, which is neither a path nor a Keras model",
+            hint="pass a keras.Model, a tf_keras Model, or the path of a .keras/.h5 file or Keras SavedModel folder",
+        )
+    loss = getattr(model, "loss", None)
+    # Its code, Lambdas included, is already running in this process: the
+    # rebuild from its config needs no protection from it.
+    return Loaded(model, framework, "object", False, loss if isinstance(loss, (str, dict)) else None)
 
 
 def _load_with(framework: Framework, path: Path, safe: bool) -> Any:

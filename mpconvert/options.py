@@ -10,10 +10,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .errors import MpconvertError
+from .precision import POLICIES, Precision
 
-POLICIES = ("mixed_float16", "mixed_bfloat16")
+
+def _require(ok: bool, name: str, value: object, rule: str) -> None:
+    """The Python API's counterpart of click's range checks, with the same wording."""
+    if not ok:
+        raise MpconvertError(f"{name}={value!r} is invalid: it must be {rule}", hint=f"pass a {name} that is {rule}")
+
 EXPORT_KINDS = ("savedmodel", "onnx")
 # What the report lists: a Keras 3 model's savedmodel export also writes model.keras.
 ARTIFACT_KINDS = ("savedmodel", "keras", "onnx")
@@ -26,8 +33,14 @@ DEFAULT_MAX_DROP = 0.01
 
 @dataclass(frozen=True)
 class LoadOptions:
-    path: Path
+    # A model file or folder, or a live keras / tf_keras model (Python API),
+    # which is read but never modified.
+    source: Any
     unsafe_deserialization: bool = False
+
+    @property
+    def path(self) -> Path | None:
+        return Path(self.source) if isinstance(self.source, (str, Path)) else None
 
 
 @dataclass(frozen=True)
@@ -36,11 +49,7 @@ class RewriteOptions:
     keep_float32: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise MpconvertError(
-                f"unknown policy {self.policy!r}",
-                hint=f"choose one of {', '.join(POLICIES)}",
-            )
+        Precision.of(self.policy)  # refuses an unknown policy, naming the valid ones
         for pattern in self.keep_float32:
             try:
                 re.compile(pattern)
@@ -53,13 +62,16 @@ class RewriteOptions:
 
 @dataclass(frozen=True)
 class ValidateOptions:
-    # An .npz path, or a "module:function" returning (train, validation)
-    data: Path | str | None = None
+    # An .npz path, a "module:function" returning (train, validation), or
+    # (Python API) arrays or tf.data.Datasets; see data.resolve_data.
+    data: Any = None
     metric: str | None = None  # None: accuracy for classifiers, mse otherwise
-    max_drop: float = DEFAULT_MAX_DROP
     # Rows drawn when no data is given; enough to see drift, cheap to run.
     generated_samples: int = 64
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        _require(self.metric in (None, *METRICS), "metric", self.metric, f"one of {', '.join(METRICS)} or None")
 
 
 # Fine-tuning defaults: a short, gentle run. Adam at 1e-4 moves float32
@@ -78,6 +90,11 @@ class FinetuneOptions:
     seed: int = 0
     loss: str | None = None  # None: the model's saved loss, else one for its output
 
+    def __post_init__(self) -> None:
+        _require(self.steps is None or self.steps >= 0, "finetune_steps", self.steps, "an integer >= 0 or None")
+        _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a number > 0")
+        _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+
     def resolved(self, has_train: bool) -> "FinetuneOptions":
         if self.steps is not None:
             return self
@@ -91,27 +108,60 @@ DEFAULT_PAD_MULTIPLE = 8
 DEFAULT_MAX_PAD_OVERHEAD = 0.25
 
 
+# Rows of validation input replayed through the padded model (the proof)
+# and through each exported artifact (parity).
+PARITY_SAMPLES = 256
+
+
 @dataclass(frozen=True)
 class PadOptions:
     multiple: int = DEFAULT_PAD_MULTIPLE  # 0 turns padding off
     max_overhead: float = DEFAULT_MAX_PAD_OVERHEAD
+    proof_samples: int = PARITY_SAMPLES
+
+    def __post_init__(self) -> None:
+        _require(self.multiple >= 0, "pad_multiple", self.multiple, "an integer >= 0 (0 turns padding off)")
+        _require(self.max_overhead >= 0, "max_pad_overhead", self.max_overhead, "a number >= 0")
+
+
+# tf2onnx 1.17 writes opsets 13 to 18. 17 is the newest TensorRT 8.x and
+# most mobile runtimes accept, and bfloat16 coverage is the same as at 18.
+DEFAULT_OPSET = 17
+MIN_OPSET = 13  # the first opset with bfloat16 in most op schemas
+MAX_OPSET = 18
 
 
 @dataclass(frozen=True)
 class ExportOptions:
     kinds: tuple[str, ...] = EXPORT_KINDS
-    # Rows of validation input replayed through each exported artifact.
-    parity_samples: int = 256
+    opset: int = DEFAULT_OPSET
+    parity_samples: int = PARITY_SAMPLES
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.kinds if k not in EXPORT_KINDS]
+        if unknown or not self.kinds:
+            raise MpconvertError(
+                f"unknown export kind(s) {', '.join(map(repr, unknown)) or '(none given)'}",
+                hint=f"choose from {', '.join(EXPORT_KINDS)}",
+            )
+        check_opset(self.opset)
+
+
+def check_opset(opset: int) -> None:
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise MpconvertError(
+            f"ONNX opset {opset} is not supported: tf2onnx 1.17 writes opsets {MIN_OPSET} to {MAX_OPSET}",
+            hint=f"use --opset {DEFAULT_OPSET}, or --export savedmodel",
+        )
 
 
 @dataclass(frozen=True)
 class GateOptions:
-    """Gate thresholds given on the command line.
+    """Gate thresholds given on the command line or to the Python API.
 
     None (or no entry) keeps the base value: the policy's default for a
-    conversion, the value stored in the report for `mpconvert check`. The
-    accuracy budget of a conversion is ValidateOptions.max_drop; here
-    max_drop only overrides a stored report's.
+    conversion (max_drop: DEFAULT_MAX_DROP), the value stored in the report
+    for `mpconvert check`. This is the one place a budget is given.
     """
 
     max_drop: float | None = None
@@ -123,19 +173,39 @@ class GateOptions:
     max_regression: float | None = None
     baseline: Path | None = None  # an earlier run's report.json
 
+    def __post_init__(self) -> None:
+        for name in ("max_drop", "max_regression"):
+            value = getattr(self, name)
+            _require(value is None or value >= 0, name, value, "a number >= 0 or None")
+        agreement = self.min_agreement
+        _require(agreement is None or 0 <= agreement <= 1, "min_agreement", agreement, "between 0 and 1, or None")
+        for name in ("atol", "rtol"):
+            for kind, value in getattr(self, name):
+                _require(kind is None or kind in ARTIFACT_KINDS, name, kind, f"one of {', '.join(ARTIFACT_KINDS)}")
+                _require(value >= 0, name, value, "a number >= 0")
+
 
 @dataclass(frozen=True)
 class ConvertOptions:
+    """Everything an in-memory conversion needs; writing is SaveOptions'."""
+
     load: LoadOptions
     rewrite: RewriteOptions
-    validate: ValidateOptions
-    export: ExportOptions
-    out: Path
+    validate: ValidateOptions = ValidateOptions()
     finetune: FinetuneOptions = FinetuneOptions()
     pad: PadOptions = PadOptions()
     gate: GateOptions = GateOptions()
+
+    @property
+    def precision(self) -> Precision:
+        return Precision.of(self.rewrite.policy)
+
+
+@dataclass(frozen=True)
+class SaveOptions:
+    out: Path
+    export: ExportOptions = ExportOptions()
     force: bool = False
-    quiet: bool = False
 
 
 def default_out_dir(model_path: Path, policy: str) -> Path:

@@ -1,31 +1,39 @@
 """The one place where the stage order lives.
 
-load -> rewrite -> finetune -> validate -> pad -> export -> report. Each stage is a function
-with explicit inputs that returns a result object; this module only wires
-them together, times them and stages the output folder.
+load -> rewrite -> finetune -> validate -> pad, in memory (`convert`), then
+export -> report into a staged output folder (`save`). Each stage is a
+function with explicit inputs that returns a result object; this module only
+wires them together and times them. The CLI, the Python API and batch
+workers all run these functions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
-from .data import EvalData, Split, Task, is_callable_spec, load_callable, load_npz
-from .finetune import StepCallback, finetune
-from .export import export_all
-from .gate import Thresholds
-from .load import Loaded, load_model, saved_loss
-from .options import ConvertOptions, LoadOptions, PadOptions, RewriteOptions, ValidateOptions
-from .outdir import check_output, staged_output
-from .pad import PadPlan, pad, plan_padding
-from .report import Report
+from .artifacts import export_all
 from .configs import model_class, model_config
+from .context import Context
+from .data import EvalData, Split, Task, resolve_data
+from .finetune import StepCallback, finetune
+from .gate import Thresholds
+from .load import Loaded, load_model
+from .options import ConvertOptions, PadOptions, SaveOptions
+from .outdir import check_output, staged_output
+from .pad import PadPlan, pad, plan_model_padding
+from .report import Report
 from .rewrite import Plan, output_activation, plan_conversion, rewrite
 from .signature import Signature, generate_inputs, signature_of
 from .validate import choose_metric, validate
+
+log = logging.getLogger("mpconvert")
+
 
 @dataclass(frozen=True)
 class Hooks:
@@ -42,6 +50,7 @@ class _Clock:
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        log.info("stage %s", name)
         self.hooks.stage(name)
         start = time.perf_counter()
         try:
@@ -50,8 +59,20 @@ class _Clock:
             self.timings[name] = time.perf_counter() - start
 
 
-def task_of(loaded: Loaded, signature: Signature) -> Task:
-    activation = output_activation(model_config(loaded.model), model_class(loaded.model))
+@dataclass(frozen=True)
+class Converted:
+    """An in-memory conversion: the model to export and its report so far (no artifacts)."""
+
+    model: Any  # padded when the padding proof passed, else the rewritten model
+    plan: Plan
+    context: Context
+    loaded: Loaded
+    report: Report
+    inputs: tuple[Path, ...]  # files the run read, which no output may overwrite
+
+
+def task_of(model: Any, signature: Signature) -> Task:
+    activation = output_activation(model_config(model), model_class(model))
     if activation in ("softmax", "log_softmax"):
         kind = "softmax"
     elif activation == "sigmoid":
@@ -61,91 +82,120 @@ def task_of(loaded: Loaded, signature: Signature) -> Task:
     return Task(kind, signature.outputs[0])
 
 
-def eval_data(loaded: Loaded, signature: Signature, task: Task, options: ValidateOptions) -> EvalData:
-    if isinstance(options.data, str) and is_callable_spec(options.data):
-        return load_callable(options.data, signature, task)
-    if options.data is not None:
-        return load_npz(Path(options.data), signature, task)
-    inputs = generate_inputs(loaded.model, signature, options.generated_samples, options.seed)
+def _eval_data(loaded: Loaded, signature: Signature, task: Task, options: ConvertOptions) -> EvalData:
+    given = resolve_data(options.validate.data, signature, task)
+    if given is not None:
+        return given
+    inputs = generate_inputs(loaded.model, signature, options.validate.generated_samples, options.validate.seed)
     return EvalData(Split(tuple(inputs), None), None, "generated")
 
 
-def inspect(options: LoadOptions, rewrite_options: RewriteOptions, pad_options: PadOptions) -> tuple[Loaded, Plan, PadPlan | None]:
-    """The per-layer policy and padding plans, without converting anything."""
-    loaded = load_model(options)
-    with loaded.framework.preserved_global_policy(), loaded.framework.deserialization(loaded.safe):
-        plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), rewrite_options)
-        padding = plan_padding(loaded.model, loaded.framework, pad_options)[1] if pad_options.multiple else None
-    return loaded, plan, padding
+def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[Path, ...]:
+    """The files a run reads (model, data file): outputs must leave them alone."""
+    files = [options.load.path] if options.load.path else []
+    if data is not None and data.source == "npz" and data.path:
+        files.append(Path(data.path))
+    elif isinstance(options.validate.data, (str, Path)) and Path(options.validate.data).exists():
+        files.append(Path(options.validate.data))
+    return tuple(files)
 
 
-def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Report:
-    data_file = options.validate.data
-    inputs = [options.load.path] + ([Path(data_file)] if data_file and not is_callable_spec(str(data_file)) else [])
-    out = check_output(options.out, inputs, options.force)
+@dataclass(frozen=True)
+class Inspection:
+    loaded: Loaded
+    plan: Plan
+    padding: PadPlan | None
+
+
+def inspect(options: ConvertOptions) -> Inspection:
+    """The per-layer policy and padding plans, without converting or writing anything.
+
+    Padding is planned on the rewritten model, as the conversion does: a
+    softmax split off an output layer changes what can be padded.
+    """
+    loaded = load_model(options.load)
+    framework = loaded.framework
+    with framework.preserved_global_policy(), framework.deserialization(loaded.safe):
+        if not options.pad.multiple:
+            plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), options.rewrite)
+            return Inspection(loaded, plan, None)
+        smoke = generate_inputs(loaded.model, signature_of(loaded.model), 2, options.validate.seed)
+        rewritten = rewrite(loaded.model, framework, options.rewrite, smoke)
+        padding = plan_model_padding(rewritten.model, framework, options.pad)
+    return Inspection(loaded, rewritten.plan, padding)
+
+
+def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
+    """Every stage up to the export, in memory: nothing is written."""
     clock = _Clock(hooks)
+    precision = options.precision
     with clock.stage("load"):
         loaded = load_model(options.load)
         signature = signature_of(loaded.model)
-        task = task_of(loaded, signature)
+        task = task_of(loaded.model, signature)
         metric = choose_metric(options.validate.metric, task)
-        data = eval_data(loaded, signature, task, options.validate)
+        data = _eval_data(loaded, signature, task, options)
         # Resolved before any conversion work, so that a bad --baseline fails fast.
         measured = metric if data.validation.labels is not None else None
-        defaults = Thresholds.defaults(options.rewrite.policy, options.validate.max_drop)
-        thresholds = defaults.overridden(options.gate, measured)
-    with loaded.framework.deserialization(loaded.safe):
+        thresholds = Thresholds.defaults(precision).overridden(options.gate, measured)
+    context = Context(loaded.model, loaded.framework, signature, task, metric, data, precision, loaded.saved_loss)
+    framework = loaded.framework
+    with framework.preserved_global_policy(), framework.deserialization(loaded.safe):
         with clock.stage("rewrite"):
             smoke = [x[:2] for x in data.validation.inputs]
-            rewritten = rewrite(loaded.model, loaded.framework, options.rewrite, smoke)
+            rewritten = rewrite(loaded.model, framework, options.rewrite, smoke)
         tuning = None
         finetune_options = options.finetune.resolved(has_train=data.train is not None)
         if finetune_options.steps:
             with clock.stage("finetune"):
-                tuning = finetune(
-                    loaded.framework,
-                    loaded.model,
-                    rewritten.model,
-                    data,
-                    task,
-                    metric,
-                    options.rewrite.policy,
-                    finetune_options,
-                    saved_loss=saved_loss(loaded),
-                    on_step=hooks.finetune_step,
-                )
+                tuning = finetune(context, rewritten.model, finetune_options, hooks.finetune_step)
         with clock.stage("validate"):
-            validation, _ = validate(
-                loaded.model, rewritten.model, data, task, metric, options.validate.max_drop, options.rewrite.policy
-            )
-        exported, padding = rewritten.model, None
+            validation = validate(context, rewritten.model)
+        model, padding = rewritten.model, None
         if options.pad.multiple:
             with clock.stage("pad"):
-                rows = [x[: options.export.parity_samples] for x in data.validation.inputs]
-                padding = pad(rewritten.model, loaded.framework, options.pad, rows, options.rewrite.policy)
-                exported = padding.model
-        report = Report(
-            policy=options.rewrite.policy,
-            source={
-                "path": str(options.load.path),
-                "format": loaded.format,
-                "loader": loaded.framework.name,
-                "inputs": [vars(s) for s in signature.inputs],
-                "outputs": [vars(s) for s in signature.outputs],
-            },
-            layers=rewritten.plan.as_dicts(),
-            validation=validation.as_dict(),
-            finetune=tuning.as_dict() if tuning else None,
-            padding=padding.report if padding else None,
-            timings=clock.timings,
-            out=str(out),
-            thresholds=thresholds,
+                rows = [x[: options.pad.proof_samples] for x in data.validation.inputs]
+                padding = pad(rewritten.model, framework, options.pad, rows, precision)
+                model = padding.model
+    report = Report(
+        policy=precision.name,
+        source={
+            "path": str(options.load.path) if options.load.path else None,
+            "name": loaded.model.name,
+            "format": loaded.format,
+            "loader": framework.name,
+            "inputs": [vars(s) for s in signature.inputs],
+            "outputs": [vars(s) for s in signature.outputs],
+        },
+        layers=rewritten.plan.as_dicts(),
+        validation=validation.as_dict(),
+        thresholds=thresholds,
+        finetune=tuning.as_dict() if tuning else None,
+        padding=padding.report if padding else None,
+        timings=clock.timings,
+    )
+    return Converted(model, rewritten.plan, context, loaded, report, read_files(options, data))
+
+
+def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:
+    """Write and re-check the artifacts; the output folder appears whole or not at all."""
+    out = check_output(options.out, list(converted.inputs), options.force)
+    clock = _Clock(hooks, dict(converted.report.timings))
+    context = converted.context
+    with context.framework.deserialization(converted.loaded.safe), staged_output(out) as staging:
+        with clock.stage("export"):
+            artifacts = export_all(
+                converted.model, context.framework, context.signature, list(context.data.validation.inputs),
+                staging, options.export,
+            )  # fmt: skip
+        report = dataclasses.replace(
+            converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings
         )
-        with staged_output(out) as staging:
-            with clock.stage("export"):
-                artifacts = export_all(
-                    exported, loaded.framework, signature, list(data.validation.inputs), staging, options.export
-                )
-            report.artifacts = [a.as_dict() for a in artifacts]
-            report.write(staging)
-    return report
+        report.write(staging)
+    return report, out
+
+
+def convert_and_save(options: ConvertOptions, save_options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:
+    """The command line's job: refuse a bad output folder before any work, then convert and save."""
+    check_output(save_options.out, list(read_files(options)), save_options.force)
+    return save(convert(options, hooks), save_options, hooks)

@@ -1,29 +1,194 @@
-"""The report for CI systems: JUnit XML and a Markdown summary.
+"""Every human- and CI-facing rendering of mpconvert's results, in one place.
 
-Both render the report's JSON form (as written, or as `mpconvert check`
-re-judged it), one test case or table row per gate check, so what a CI page
-shows is what decided the exit code.
+The terminal summary, the `inspect` tables, JUnit XML and the Markdown
+summary. All but the inspect tables render a report's JSON form (as
+written, or as `mpconvert check` re-judged it), one line, test case or
+table row per gate check, so what a person or a CI page sees is what decided
+the exit code. Nothing here decides anything.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import IO, Any
 
 from junitparser import Failure, JUnitXml, TestCase, TestSuite
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
-from .report import format_bytes, format_number, parity_limits
+from .gate import PARITY
+from .report import EXIT_GATE
+
+FORMAT_NAMES = {"keras": ".keras file", "h5": ".h5 file", "savedmodel": "Keras SavedModel", "object": "in-memory model"}
+LOADER_NAMES = {"keras": "Keras 3", "tf_keras": "tf-keras"}
+
+
+def describe_source(source: dict) -> str:
+    """"model.keras (.keras file, Keras 3)": what was converted, and by which Keras."""
+    what = source.get("path") or f"model {source.get('name', '?')!r}"
+    kind = FORMAT_NAMES.get(source["format"], source["format"])
+    return f"{what} ({kind}, {LOADER_NAMES.get(source['loader'], source['loader'])})"
+
+
+def _console(stream: IO[str]) -> Console:
+    # Piped output (CI logs, `| grep`) gets whole rows rather than 80 columns.
+    return Console(file=stream, highlight=False, soft_wrap=True, width=None if stream.isatty() else 200)
+
+
+# --- the terminal -------------------------------------------------------------
+
+
+def format_number(value: float | None, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def format_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_summary(report: dict, stream: IO[str] | None = None, report_path: Path | None = None) -> None:
+    """The terminal summary of a report's JSON form (as written, or re-checked)."""
+    console = _console(stream or sys.stdout)
+    console.print(f"[bold]mpconvert[/] {describe_source(report['source'])} -> {report['policy']}")
+    policy = report["policy"]
+    mixed = sum(1 for layer in report["layers"] if layer["policy"] == policy)
+    pinned = [layer for layer in report["layers"] if layer["pinned"] and layer["pinned"] != "input layer"]
+    console.print(f"  layers: {mixed} converted to {policy}, {len(pinned)} kept float32")
+    for layer in pinned[:8]:
+        console.print(f"    {layer['name']} ({layer['class_name']}): {layer['pinned']}")
+    if len(pinned) > 8:
+        console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
+    if report["finetune"]:
+        _render_finetune(console, report["finetune"])
+    _render_validation(console, report["validation"])
+    if report.get("padding"):
+        _render_padding(console, report["padding"])
+    gate = report["gate"]
+    if report["artifacts"]:
+        limits = parity_limits(gate)
+        table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+        for column in ("artifact", "path", "size", "max |diff|", "limit", "checked with"):
+            table.add_column(column)
+        for art in report["artifacts"]:
+            table.add_row(
+                art["kind"], art["path"], format_bytes(art["bytes"]), format_number(art["max_abs_diff"], 6),
+                format_number(limits.get(art["kind"]), 6), art["runtime"],
+            )  # fmt: skip
+        console.print(table)
+    for check in gate["checks"]:
+        mark = "[green]pass[/]" if check["passed"] else "[bold red]FAIL[/]"
+        console.print(f"  {mark} {check['name']}: {escape(check['message'])}")
+    if report_path:
+        console.print(f"  report: {report_path}")
+    if gate["passed"]:
+        console.print("[bold green]PASSED[/]")
+    else:
+        failed = ", ".join(check["name"] for check in gate["checks"] if not check["passed"])
+        console.print(f"[bold red]FAILED[/]: {failed} (exit code {EXIT_GATE})")
+
+
+def parity_limits(gate: dict) -> dict[str, float | None]:
+    """Artifact kind -> the parity limit its check applied."""
+    prefix = f"{PARITY}: "
+    return {c["name"][len(prefix) :]: c["values"]["limit"] for c in gate["checks"] if c["name"].startswith(prefix)}
+
+
+def _render_padding(console: Console, p: dict) -> None:
+    dims = ", ".join(f"{d['layer']} {d['from']}->{d['to']}" for d in p["padded"][:6])
+    more = f" and {len(p['padded']) - 6} more" if len(p["padded"]) > 6 else ""
+    if p["exported"] == "padded":
+        console.print(
+            f"  padding to x{p['multiple']}: {dims}{more} (+{p['flops_overhead']:.1%} multiply-adds), "
+            f"outputs unchanged (float32 max |diff| {format_number(p['float32_max_abs_diff'], 8)})"
+        )
+    elif not p["passed"]:
+        console.print(f"  [bold yellow]padding not exported[/]: {p['reason']}")
+    else:
+        console.print(f"  padding to x{p['multiple']}: {p['reason']}")
+    if p["skipped"]:
+        console.print(f"    {len(p['skipped'])} dimension(s) left as they are (see report.json padding.skipped)")
+
+
+def _render_finetune(console: Console, f: dict) -> None:
+    scale = f["loss_scale"]
+    scale_text = f", loss scale {scale['initial']:g} -> {scale['final']:g}" if scale else ""
+    console.print(
+        f"  fine-tune: {f['steps']} steps ({f['skipped_steps']} skipped{scale_text}), "
+        f"{f['metric']} {format_number(f['metric_before'])} -> {format_number(f['metric_after'])}, kept {f['kept']} weights"
+    )
+    if f["step_time_ratio"] is not None:
+        st = f["step_time"]
+        console.print(
+            f"    train step {st['converted_ms']:.1f} ms vs float32 {st['float32_ms']:.1f} ms "
+            f"(x{f['step_time_ratio']:.2f})"
+        )
+    if not f["healthy"]:
+        console.print(f"  [bold yellow]fine-tune stopped[/]: {f['problem']}; the weights from before it were kept")
+        console.print(f"    try: {f['advice']}")
+
+
+def _render_validation(console: Console, v: dict) -> None:
+    if v["metric"] is None:
+        console.print(f"  [yellow]accuracy not measured[/]: no --data given; output drift on {v['rows']} generated inputs")
+    else:
+        before, after = format_number(v["reference"]), format_number(v["converted"])
+        console.print(f"  {v['metric']} on {v['rows']} samples: {before} -> {after}")
+    parts = []
+    if v["agreement"] is not None:
+        parts.append(f"predictions agree on {v['agreement']:.1%}")
+    parts.append(f"max |diff| {format_number(v['max_abs_diff'], 6)}")
+    console.print("  " + ", ".join(parts))
+    if v.get("note") and v["metric"] is not None:
+        console.print(f"  [yellow]{v['note']}[/]")
+
+
+def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
+    """`mpconvert inspect`: the per-layer policy table, then the padding table."""
+    console = _console(stream or sys.stdout)
+    table = Table(title=f"{describe_source(inspection.source)} -> {inspection.policy}")
+    for column in ("layer", "class", "policy", "kept float32 because"):
+        table.add_column(column, no_wrap=True)
+    padding = inspection.padding
+    for d in inspection.layers:
+        table.add_row(d.name, d.class_name, d.policy or "-", d.pinned or "")
+    console.print(table)
+    if padding is None:
+        return
+    table = Table(title=f"Tensor-Core padding to multiples of {padding.multiple} "
+                        f"(+{padding.flops_overhead:.1%} multiply-adds)")  # fmt: skip
+    for column in ("layer", "dimension", "now", "padded to", "or not, because"):
+        table.add_column(column, no_wrap=True)
+    for d in padding.padded:
+        table.add_row(d["layer"], d["dim"], str(d["from"]), str(d["to"]), "")
+    for d in padding.skipped:
+        table.add_row(d["layer"], d["dim"], str(d["from"]), "", d["reason"])
+    if not padding.padded and not padding.skipped:
+        table.add_row("(every dimension is already a multiple)", "", "", "", "")
+    console.print(table)
+
+
+# --- CI systems ---------------------------------------------------------------
 
 
 def _model_name(report: dict) -> str:
-    return Path(report["source"]["path"]).name or report["source"]["path"]
+    source = report["source"]
+    if not source.get("path"):
+        return source.get("name") or "model"
+    return Path(source["path"]).name or source["path"]
 
 
 def junit_xml(report: dict) -> JUnitXml:
     """One test suite for the run, one test case per gate check."""
     model, policy = _model_name(report), report["policy"]
     suite = TestSuite(f"mpconvert: {model} -> {policy}")
-    suite.add_property("model", report["source"]["path"])
+    suite.add_property("model", report["source"].get("path") or _model_name(report))
     suite.add_property("policy", policy)
     # Reporters group test cases by class name; dots read as a test path.
     classname = f"mpconvert.{model.replace('.', '_')}.{policy}"

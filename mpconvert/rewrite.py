@@ -22,7 +22,6 @@ from typing import Any, Iterator
 import numpy as np
 
 from .configs import (
-    SIXTEEN_BIT,
     activation_name,
     builtin_entry,
     entry_name,
@@ -35,6 +34,7 @@ from .configs import (
 from .errors import MpconvertError
 from .frameworks import Framework
 from .options import RewriteOptions
+from .precision import SIXTEEN_BIT
 
 # Activations that turn logits into probabilities; their input must be
 # float32 at the model's end or the loss sees a 16-bit tensor.
@@ -55,7 +55,7 @@ class LayerDecision:
 
 
 @dataclass(frozen=True)
-class Split:
+class ActivationSplit:
     """A fused probability activation at a model output, moved into its own layer.
 
     The layer keeps its weights under `linear_name` and computes in 16 bits;
@@ -72,7 +72,7 @@ class Split:
 class Plan:
     policy: str
     decisions: tuple[LayerDecision, ...]
-    splits: tuple[Split, ...] = ()
+    splits: tuple[ActivationSplit, ...] = ()
 
     @property
     def mixed(self) -> tuple[str, ...]:
@@ -117,7 +117,7 @@ class _Planner:
         self.patterns = [(p, re.compile(p)) for p in options.keep_float32]
         self.matched: set[str] = set()
         self.decisions: list[LayerDecision] = []
-        self.splits: list[Split] = []
+        self.splits: list[ActivationSplit] = []
         self.taken_names: set[str] = set()
 
     def keep_reason(self, *candidates: str) -> str | None:
@@ -182,7 +182,7 @@ class _Planner:
 
     def split(self, prefix: str, path: str, activation: str, wanted: str) -> str:
         linear = self._fresh(wanted)
-        self.splits.append(Split(path, activation, linear))
+        self.splits.append(ActivationSplit(path, activation, linear))
         return prefix + linear
 
     def _fresh(self, name: str) -> str:
@@ -242,7 +242,7 @@ def apply_plan(config: dict, model_class: str, plan: Plan, mixed: set[str] | Non
     return new
 
 
-def _split_entry(entry: dict, split: Split, sequential: bool, mixed_here: bool, policy: str) -> list[dict]:
+def _split_entry(entry: dict, split: ActivationSplit, sequential: bool, mixed_here: bool, policy: str) -> list[dict]:
     original_name = entry_name(entry)
     linear = copy.deepcopy(entry)
     rename_entry(linear, split.linear_name)

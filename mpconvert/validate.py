@@ -8,32 +8,30 @@ converted for accuracy, converted minus reference for mean squared error.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .data import EvalData, Split, Task
+from .data import Split, Task
 from .errors import MpconvertError
+
+if TYPE_CHECKING:
+    from .context import Context
 
 # Metrics are compared with this much slack so that a drop exactly equal to
 # the budget (0.96 - 0.95 vs 0.01) passes despite binary float rounding.
 GATE_EPSILON = 1e-9
 PREDICT_BATCH = 256
-# The spacing of each 16-bit format at 1.0. A prediction whose two best
-# scores are closer than this is a tie at that precision: which one wins is
-# rounding, not a change the conversion made, so such rows are left out of
-# the agreement (untrained or uncertain models have many of them).
-RESOLUTION = {"mixed_float16": 2.0**-10, "mixed_bfloat16": 2.0**-7}
 
 
 @dataclass(frozen=True)
 class Validation:
+    """The measurements; the verdict on them is the gate's alone."""
+
     metric: str | None
     reference: float | None
     converted: float | None
     drop: float | None
-    max_drop: float
-    passed: bool
     agreement: float | None  # over the decisive rows (not near-ties)
     max_abs_diff: float | None
     data: str  # "npz" or "generated"
@@ -121,10 +119,17 @@ def compare(
     split: Split,
     task: Task,
     metric: str,
-    max_drop: float,
     source: str,
     resolution: float = 0.0,
 ) -> Validation:
+    """Compare outputs on one split.
+
+    `resolution` is the 16-bit format's spacing at 1.0: a prediction whose
+    two best scores are closer than that is a tie at that precision, and
+    which one wins is rounding, not a change the conversion made, so such
+    rows are left out of the agreement (untrained or uncertain models have
+    many of them).
+    """
     nonfinite = sum(int(np.count_nonzero(~np.isfinite(o))) for o in converted)
     agreement = agreement_rows = None
     if task.kind != "regression":
@@ -139,10 +144,8 @@ def compare(
         ref_value = metric_value(metric, task, reference[0], split.labels)
         conv_value = metric_value(metric, task, converted[0], split.labels)
         drop = worse_by(metric, ref_value, conv_value)
-        passed = within(drop, max_drop) and nonfinite == 0
     else:
         note = "no labelled data: the metric was not measured, only the output drift on generated inputs"
-        passed = nonfinite == 0
     if nonfinite:
         note = (
             f"the converted model produced {nonfinite} NaN/inf output value(s): activations overflow "
@@ -153,8 +156,6 @@ def compare(
         reference=ref_value,
         converted=conv_value,
         drop=drop,
-        max_drop=max_drop,
-        passed=passed,
         agreement=agreement,
         max_abs_diff=max_abs_diff(reference, converted),
         data=source,
@@ -165,12 +166,11 @@ def compare(
     )
 
 
-def validate(
-    reference_model: Any, converted_model: Any, data: EvalData, task: Task, metric: str, max_drop: float, policy: str
-) -> tuple[Validation, list[np.ndarray]]:
-    """Compare both models on the validation split; also returns the converted outputs."""
-    split = data.validation
-    reference = predict(reference_model, split.inputs)
+def validate(context: "Context", converted_model: Any) -> Validation:
+    """Compare the converted model with the float32 original on the validation split."""
+    split = context.data.validation
+    reference = predict(context.original, split.inputs)
     converted = predict(converted_model, split.inputs)
-    validation = compare(reference, converted, split, task, metric, max_drop, data.source, RESOLUTION[policy])
-    return validation, converted
+    return compare(
+        reference, converted, split, context.task, context.metric, context.data.source, context.precision.resolution
+    )

@@ -17,7 +17,9 @@ from conftest import SAMPLES
 from mpconvert.cli import cli
 from mpconvert.data import EvalData, Split, Task
 from mpconvert.frameworks import KERAS3, TF_KERAS
+from mpconvert.context import Context
 from mpconvert.options import FinetuneOptions, RewriteOptions
+from mpconvert.precision import Precision
 from mpconvert.rewrite import rewrite
 from mpconvert.signature import signature_of
 
@@ -36,7 +38,8 @@ def run_finetune(K, framework, model, data, task, metric, policy, **options):
 
     converted = rewrite(model, framework, RewriteOptions(policy), [data.validation.inputs[0][:2]]).model
     before = [w.copy() for w in converted.get_weights()]
-    result = finetune(framework, model, converted, data, task, metric, policy, FinetuneOptions(**options))
+    context = Context(model, framework, signature_of(model), task, metric, data, Precision.of(policy))
+    result = finetune(context, converted, FinetuneOptions(**options))
     return result, converted, before
 
 

@@ -14,9 +14,11 @@ import tf_keras
 import tiny_models
 from onnx_graph import io_dims, weight_initializers
 from mpconvert.frameworks import KERAS3, TF_KERAS
-from mpconvert.onnx_export import keras_to_onnx, run_onnx
+from mpconvert.onnx.export import keras_to_onnx
+from mpconvert.onnx.run import run_onnx
 from mpconvert.options import PadOptions, RewriteOptions
-from mpconvert.pad import TOLERANCE_16BIT, pad
+from mpconvert.pad import pad, plan_model_padding
+from mpconvert.precision import Precision
 from mpconvert.rewrite import rewrite
 from mpconvert.signature import generate_inputs, signature_of
 
@@ -35,7 +37,8 @@ def with_batchnorm_statistics(model):
 def convert_and_pad(model, framework, policy="mixed_float16", **pad_options):
     inputs = generate_inputs(model, signature_of(model), 64, seed=0)
     converted = rewrite(model, framework, RewriteOptions(policy), [x[:2] for x in inputs]).model
-    return converted, pad(converted, framework, PadOptions(**pad_options), inputs, policy), inputs
+    result = pad(converted, framework, PadOptions(**pad_options), inputs, Precision.of(policy))
+    return converted, result, inputs
 
 
 @pytest.mark.parametrize(
@@ -59,7 +62,9 @@ def test_every_unfriendly_dimension_is_padded_and_the_function_is_unchanged(fw, 
     assert report["flops_overhead"] == pytest.approx(36608 / 31480 - 1, abs=1e-6)
     assert report["passed"] and report["exported"] == "padded"
     assert report["float32_max_abs_diff"] <= 1e-6
-    assert report["max_abs_diff"] <= TOLERANCE_16BIT[policy]
+    tolerance = Precision.of(policy).pad_tolerance
+    assert report["tolerance"] == {"float32": 1e-6, policy: tolerance}
+    assert report["max_abs_diff"] <= tolerance
     padded = result.model
     assert tuple(padded.inputs[0].shape) == (None, 30) and tuple(padded.outputs[0].shape) == (None, 10)
     assert padded.output_names == ["predictions"]
@@ -68,7 +73,7 @@ def test_every_unfriendly_dimension_is_padded_and_the_function_is_unchanged(fw, 
     assert padded.get_layer("dense100").dtype_policy.name == policy
     # the converted model itself is untouched
     assert converted.get_layer("dense100").units == 100
-    np.testing.assert_allclose(padded.predict(inputs[0], verbose=0), converted.predict(inputs[0], verbose=0), atol=TOLERANCE_16BIT[policy])
+    np.testing.assert_allclose(padded.predict(inputs[0], verbose=0), converted.predict(inputs[0], verbose=0), atol=tolerance)
 
 
 def test_padded_weight_dimensions_in_the_onnx_graph_are_multiples_of_8(tmp_path):
@@ -120,6 +125,25 @@ def test_residual_branches_are_padded_together_or_not_at_all():
     padded = {d["layer"]: d["to"] for d in result.report["padded"]}
     assert padded == {"a": 32, "b": 32}
     assert result.report["float32_max_abs_diff"] <= 1e-6
+
+
+@pytest.mark.parametrize("reloaded", [False, True])
+def test_a_sequential_model_pads_like_its_functional_twin(tmp_path, reloaded):
+    def layers():
+        return [keras.layers.Dense(100, activation="relu", name="hidden"), keras.layers.Dense(10, activation="softmax", name="predictions")]
+
+    x = keras.Input((30,), name="features")
+    hidden, predictions = layers()
+    functional = keras.Model(x, predictions(hidden(x)))
+    sequential = keras.Sequential([keras.Input((30,), name="features"), *layers()])
+    if reloaded:
+        # A loaded Sequential's first layer also keeps the node of its build:
+        # two live inbound nodes, one call in the model's config.
+        sequential.save(tmp_path / "sequential.keras")
+        sequential = keras.models.load_model(tmp_path / "sequential.keras")
+    expected = plan_model_padding(functional, KERAS3, PadOptions()).padded
+    assert [(d["layer"], d["to"]) for d in expected] == [("features", 32), ("hidden", 104), ("predictions", 16)]
+    assert plan_model_padding(sequential, KERAS3, PadOptions()).padded == expected
 
 
 def test_other_multiples_round_up_to_that_multiple():
@@ -206,7 +230,12 @@ def test_inspect_shows_what_padding_would_add(tmp_path):
     tiny_models.layernorm_after_dense(keras).save(path)
     result = CliRunner().invoke(cli, ["inspect", str(path)])
     assert result.exit_code == 0, result.output
-    lines = {line.split()[1]: line for line in result.output.splitlines() if line.startswith("│ ")}
-    assert "normalizes across this axis" in lines["dense100"]
-    assert "narrower than the multiple" in lines["predictions_linear"] or "predictions" in result.output
+    padding_table = result.output.split("Tensor-Core padding")[1]
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in padding_table.splitlines() if line.startswith("│ ")]
+    # inspect plans padding on the rewritten model, as the conversion does:
+    # the softmax is split off "predictions" into "predictions_linear"
+    assert {row[0]: row[4] for row in cells} == {
+        "dense100": "feeds LayerNormalization 'ln', which normalizes across this axis",
+        "predictions_linear": "narrower than the multiple (4 < 8); padding would not pay",
+    }
     assert [p.name for p in tmp_path.iterdir()] == ["ln.keras"]

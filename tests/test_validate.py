@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from mpconvert.data import Split, Task
+from mpconvert.gate import check_accuracy
 from mpconvert.signature import TensorSpec
 from mpconvert.validate import compare
 
@@ -16,8 +17,16 @@ def probs(classes):
 
 
 def gate(reference, converted, labels, max_drop, task=SOFTMAX, metric="accuracy"):
+    """The measurements, and the gate's accuracy verdict on them as `passed`."""
     split = Split((np.zeros((len(labels), 2), np.float32),), np.asarray(labels))
-    return compare([reference], [converted], split, task, metric, max_drop, "npz")
+    v = compare([reference], [converted], split, task, metric, "npz")
+    return Judged(v, check_accuracy(v.as_dict(), max_drop).passed)
+
+
+class Judged:
+    def __init__(self, validation, passed):
+        self.__dict__.update(validation.as_dict())
+        self.passed = passed
 
 
 def test_accuracy_drop_and_agreement_are_hand_computed():
@@ -66,10 +75,10 @@ def test_near_ties_at_16_bit_resolution_are_left_out_of_the_agreement():
     ref = np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.4, 0.4005, 0.1995], [0.4005, 0.4, 0.1995]], np.float32)
     conv = np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.4005, 0.4, 0.1995], [0.4, 0.4005, 0.1995]], np.float32)
     split = Split((np.zeros((4, 2), np.float32),), np.array([0, 1, 1, 0]))
-    v = compare([ref], [conv], split, SOFTMAX, "accuracy", 1.0, "npz", resolution=2.0**-10)
+    v = compare([ref], [conv], split, SOFTMAX, "accuracy", "npz", resolution=2.0**-10)
     assert v.agreement == 1.0 and v.agreement_rows == 2
     # without the resolution, both ties count as disagreements
-    assert compare([ref], [conv], split, SOFTMAX, "accuracy", 1.0, "npz").agreement == 0.5
+    assert compare([ref], [conv], split, SOFTMAX, "accuracy", "npz").agreement == 0.5
     # all rows tied: no agreement to judge
-    tied = compare([ref[2:]], [conv[2:]], Split((np.zeros((2, 2), np.float32),), None), SOFTMAX, "accuracy", 1.0, "generated", resolution=2.0**-10)
+    tied = compare([ref[2:]], [conv[2:]], Split((np.zeros((2, 2), np.float32),), None), SOFTMAX, "accuracy", "generated", resolution=2.0**-10)
     assert tied.agreement is None and tied.agreement_rows == 0

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MpconvertError
 from .frameworks import Framework
 from .options import ExportOptions
 from .signature import Signature
@@ -117,12 +116,12 @@ def export_all(
         write_savedmodel(model, framework, signature, path)
         got, details = run_savedmodel(path, signature, rows)
         if not framework.is_keras3:
-            details["reloads_as_keras"] = _tf_keras_policies_survive(framework, path, model)
+            _check_tf_keras_policies_survive(framework, path, model)
         artifacts.append(_artifact("savedmodel", path, expected, got, "tensorflow", details))
         if framework.is_keras3:
             artifacts.append(_keras_file(model, framework, out / "model.keras", rows, expected))
     if "onnx" in options.kinds:
-        artifacts.append(_onnx(model, signature, out / "model.onnx", rows, expected))
+        artifacts.append(_onnx(model, signature, out / "model.onnx", rows, expected, options.opset))
     return artifacts
 
 
@@ -132,22 +131,25 @@ def _keras_file(model: Any, framework: Framework, path: Path, rows: list[np.ndar
     return _artifact("keras", path, expected, predict(reloaded, rows), "keras", {})
 
 
-def _tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> bool:
+def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> None:
+    """A tf-keras SavedModel must reload as the same Keras model, per-layer policies included.
+
+    Nothing the user gave can break this, so a difference is mpconvert's bug
+    (reported as such by the CLI), not an MpconvertError.
+    """
     reloaded = framework.module.models.load_model(str(path), compile=False)
-    before = [(l.name, l.dtype_policy.name) for l in model.layers]
-    after = [(l.name, l.dtype_policy.name) for l in reloaded.layers]
+    before = [(layer.name, layer.dtype_policy.name) for layer in model.layers]
+    after = [(layer.name, layer.dtype_policy.name) for layer in reloaded.layers]
     if before != after:
-        raise MpconvertError(
-            f"the exported SavedModel at {path} reloads with different layer policies",
-            hint="this is a bug in mpconvert; please report it with --debug output",
-        )
-    return True
+        changed = [f"{b[0]}: {b[1]} -> {a[1]}" for b, a in zip(before, after) if b != a]
+        raise RuntimeError(f"the exported SavedModel at {path} reloads with other layer policies ({', '.join(changed[:3])})")
 
 
-def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], expected) -> Artifact:
-    from .onnx_export import keras_to_onnx, run_onnx
+def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], expected, opset: int) -> Artifact:
+    from .onnx.export import keras_to_onnx
+    from .onnx.run import run_onnx
 
-    exported = keras_to_onnx(model, _input_specs(signature), path)
+    exported = keras_to_onnx(model, _input_specs(signature), path, opset=opset)
     run = run_onnx(path, {spec.name: x for spec, x in zip(signature.inputs, rows)})
     details = {
         "opset": exported.opset,

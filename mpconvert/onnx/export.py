@@ -1,0 +1,484 @@
+"""Export (mixed-precision) Keras models to ONNX with tf2onnx.
+
+The only module in mpconvert that imports tf2onnx. What tf2onnx 1.17 gets
+wrong for mixed precision, and how it is handled here:
+
+* It maps tf.bfloat16 to ONNX FLOAT16 for every type it writes itself while
+  weights keep their real BFLOAT16 type, and its optimizers crash on
+  bfloat16 constants and give up silently, leaving a Transpose around every
+  conv. `tf2onnx_knows_bfloat16` fixes both at the source for the duration
+  of a conversion; the passes in repairs.py fix what is left (see there).
+* `large_model=True` calls np.product, gone in NumPy 2, so graphs over the
+  2 GiB protobuf limit cannot be written.
+
+Keras 3 models meet three more gaps, handled in `_from_concrete_function`
+and `_register_tf2onnx_handlers`: tensors the trace captures (EfficientNet's
+Normalization statistics) became extra graph inputs, grouped convolutions
+(ConvNeXt) are XLA-compiled calls that were never inlined, and the exact
+GELU's Erfc had no handler. That code also skips what made tf2onnx slow on
+25M-parameter models (a deep copy of the graph before each optimizer,
+re-importing the frozen graph, reading 16-bit weights element by element):
+ResNet50 converts in 7.7 s instead of 17.5 s, ConvNeXtTiny in 15 s instead
+of 27 s, on 2 cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import pathlib
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import tensorflow as tf
+from onnx import TensorProto
+
+from mpconvert.errors import MpconvertError
+from mpconvert.onnx.graph import fed_inputs, graphs, schema
+from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
+from mpconvert.options import DEFAULT_OPSET, check_opset
+from mpconvert.signature import signature_of
+
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    path: pathlib.Path
+    bytes: int
+    opset: int
+    input_names: list[str]
+    output_names: list[str]
+    initializer_dtypes: dict[str, int]  # ONNX dtype name -> number of initializers
+    repairs: list[str] = field(default_factory=list)
+
+
+def keras_to_onnx(model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *,
+                  opset: int = DEFAULT_OPSET) -> OnnxExport:
+    """Convert a Keras 3 or tf-keras model to a checked ONNX file at `path`.
+
+    Inputs are named after `input_specs` (unnamed ones after the model's
+    inputs), outputs after the model's output layers; both stay float32.
+    """
+    path = pathlib.Path(path)
+    check_opset(opset)
+    specs = _named_specs(model, input_specs)
+    output_names = _output_names(model)
+
+    proto, tf_dtypes, patched = _convert(model, specs, output_names, opset)
+    reject_unconverted_ops(proto, model)
+    _check_inputs(proto, specs)
+
+    repairs: list[str] = []
+    if tf.bfloat16 in tf_dtypes:
+        if patched:
+            repairs.append("converted with tf.bfloat16 mapped to ONNX BFLOAT16 "
+                           "(tf2onnx 1.17 maps it to FLOAT16 and skips optimizing bfloat16 graphs)")
+        # With float16 in the TF graph as well, a FLOAT16 here may be real;
+        # nothing tells them apart and the checker reports any clash.
+        if tf.float16 not in tf_dtypes:
+            repairs.extend(retype_float16_as_bfloat16(proto))
+    for repair in REPAIRS:
+        repairs.extend(repair(proto))
+    _check(proto, model)
+
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(proto, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise MpconvertError(f"cannot write the ONNX file {path}: {exc.strerror or exc}",
+                             hint="choose a writable output path") from exc
+
+    dtypes = Counter(TensorProto.DataType.Name(t.data_type) for t in proto.graph.initializer)
+    return OnnxExport(
+        path=path,
+        bytes=path.stat().st_size,
+        opset=opset,
+        input_names=[i.name for i in proto.graph.input],
+        output_names=[o.name for o in proto.graph.output],
+        initializer_dtypes=dict(sorted(dtypes.items())),
+        repairs=repairs,
+    )
+
+
+def _named_specs(model, input_specs):
+    # tf2onnx names graph inputs after the specs; an unnamed spec would
+    # become "args_0", which no caller could feed by a predictable name.
+    model_names = [spec.name for spec in signature_of(model).inputs]
+    specs = []
+    for i, spec in enumerate(input_specs):
+        if not isinstance(spec, tf.TensorSpec):
+            raise MpconvertError(f"input spec {i} is {type(spec).__name__}, not a tf.TensorSpec")
+        name = spec.name or (model_names[i] if i < len(model_names) else f"input_{i}")
+        specs.append(tf.TensorSpec(spec.shape, spec.dtype, name=name))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise MpconvertError(f"ONNX input names must be unique, got {names}",
+                             hint="give each input spec its own name")
+    return specs
+
+
+def _output_names(model):
+    return [spec.name for spec in signature_of(model).outputs] or None
+
+
+def _convert(model, specs, output_names, opset):
+    import tf2onnx  # slow to import; only exports need it
+
+    def call(*args):
+        outputs = model(args[0] if len(args) == 1 else list(args), training=False)
+        if isinstance(outputs, dict):
+            names, flat = list(outputs), list(outputs.values())
+        else:
+            flat = tf.nest.flatten(outputs)
+            if output_names and len(output_names) == len(flat):
+                names = output_names
+            else:
+                names = ["output"] if len(flat) == 1 else [f"output_{i}" for i in range(len(flat))]
+        # Mixed precision promises float32 at the edges, also when the last
+        # layer was left in the 16-bit policy (keras.applications models).
+        flat = [tf.cast(t, tf.float32) if t.dtype in (tf.float16, tf.bfloat16) else t for t in flat]
+        # tf2onnx names graph outputs after the keys of a returned dict.
+        return dict(zip(_unique(names), flat))
+
+    fn = tf.function(call, input_signature=specs, autograph=False)
+    try:
+        concrete = fn.get_concrete_function(*specs)
+    except Exception as exc:  # tracing fails on shapes/dtypes the model rejects
+        given = ", ".join(f"{s.name}: {s.dtype.name}{s.shape}" for s in specs)
+        raise MpconvertError(f"the model cannot be called on inputs ({given}): {type(exc).__name__}: {exc}",
+                             hint="pass input specs matching the model's inputs") from exc
+    graph_def = concrete.graph.as_graph_def()
+
+    tf2onnx_logger, root = logging.getLogger("tf2onnx"), logging.getLogger()
+    quiet = _FromPackage(os.path.dirname(tf2onnx.__file__))
+    # The logger settings, the dtype patch and tf2onnx's handler table are
+    # process-wide state.
+    with _TF2ONNX_LOCK:
+        _register_tf2onnx_handlers()
+        level = tf2onnx_logger.level
+        # tf2onnx logs unsupported ops and swallowed optimizer tracebacks at
+        # ERROR/WARNING, some through the root logger ("onnxruntime only
+        # support float32 type for Gemm rewriter" for every 16-bit RNN); the
+        # caller gets an MpconvertError or a repair note instead.
+        tf2onnx_logger.setLevel(logging.CRITICAL)
+        root.addFilter(quiet)
+        try:
+            with tf2onnx_knows_bfloat16() as patched:
+                proto = _from_concrete_function(concrete, opset)
+        except Exception as exc:
+            raise MpconvertError(f"tf2onnx could not convert the model: {type(exc).__name__}: {exc}",
+                                 hint="use --export savedmodel") from exc
+        finally:
+            root.removeFilter(quiet)
+            tf2onnx_logger.setLevel(level)
+
+    # TF flattens a dict in key order; put outputs back in the model's order.
+    by_name = {o.name: o for o in proto.graph.output}
+    wanted = _unique(output_names) if output_names else []
+    if wanted and set(wanted) == set(by_name) and wanted != list(by_name):
+        ordered = [copy.deepcopy(by_name[name]) for name in wanted]
+        del proto.graph.output[:]
+        proto.graph.output.extend(ordered)
+    return proto, _graph_dtypes(graph_def), patched
+
+
+def _from_concrete_function(concrete, opset):
+    """tf2onnx.convert.from_function, minus two of its failures on Keras 3 models.
+
+    * from_function lists every placeholder of the function as a graph input,
+      captured tensors included. Keras 3 keeps some state as plain tensors
+      (Normalization's mean and variance in EfficientNet), which the trace
+      captures; they would become ONNX inputs no caller can feed. Here only
+      the function's own arguments are inputs, and freezing turns the
+      captured tensors into constants like the variables.
+    * Keras 3 runs grouped convolutions (ConvNeXt's depthwise convs) in a
+      `tf.function(jit_compile=True)`. Grappler never inlines a call marked
+      for XLA, so it would reach tf2onnx as a StatefulPartitionedCall, which
+      has no ONNX mapping. The markers are dropped from the frozen graph so
+      the call is inlined; XLA is a TF runtime choice, ONNX has no use for it.
+    """
+    from tf2onnx import convert as tf2onnx_convert
+    from tf2onnx import optimizer, tf_loader, tfonnx
+
+    captured = {id(t) for t in concrete.graph.internal_captures}
+    input_names = [t.name for t in concrete.inputs if id(t) not in captured and t.dtype != tf.resource]
+    output_names = [t.name for t in concrete.outputs if t.dtype != tf.resource]
+    renames = tf2onnx_convert.tensor_names_from_structed(concrete, input_names, output_names)
+    with tf.device("/cpu:0"):
+        # tf2onnx's freezing for large models: it returns the GraphDef without
+        # importing it back as a function (4 s of 40 on ConvNeXtTiny), and
+        # freezes non-resource captures too (they are not skipped like table
+        # handles), so no placeholder but the arguments survives.
+        graph_def = tf_loader.convert_variables_to_constants_large_model(concrete)
+        # What from_function does when TF's own freezing trips over a state
+        # update (AssignVariableOp) that inference never runs.
+        graph_def = tf_loader.fix_freezing_errors(graph_def)
+        _drop_xla_markers(graph_def)
+        graph_def = tf_loader.fix_freezing_errors_part2(graph_def)
+        with tf.Graph().as_default():  # grappler's meta-graph export refuses eager mode
+            graph_def = tf_loader.tf_optimize(input_names, output_names, graph_def)
+        pack_16bit_constants(graph_def)
+
+        def onnx_graph():
+            with tf.Graph().as_default() as tf_graph:
+                tf.import_graph_def(graph_def, name="")
+                return tfonnx.process_tf_graph(tf_graph, continue_on_error=True, opset=opset,
+                                               input_names=input_names, output_names=output_names,
+                                               tensors_to_rename=renames)
+
+        # tf2onnx deep-copies the whole graph, weights included, before each
+        # of its optimizers so that one that raises can be skipped (12 s of
+        # 40 on ConvNeXtTiny). They rarely raise with bfloat16 known to
+        # tf2onnx, so the copies are only made when a first pass without them
+        # fails.
+        try:
+            graph = optimizer.optimize_graph(onnx_graph(), catch_errors=False)
+        except Exception:
+            graph = optimizer.optimize_graph(onnx_graph(), catch_errors=True)
+        return graph.make_model(f"converted from {concrete.name}")
+
+
+def pack_16bit_constants(graph_def):
+    """Store 16-bit constants as raw bytes, as TF does other dtypes.
+
+    Grappler writes the float16/bfloat16 weights it folds out of Casts into
+    the repeated `half_val` field, which TF's MakeNdarray reads element by
+    element with np.fromiter, and tf2onnx reads every constant twice: 3.5 s
+    of ConvNeXtTiny's export. np.array reads the same field in milliseconds.
+    """
+    for node in list(graph_def.node) + [n for fn in graph_def.library.function for n in fn.node_def]:
+        if node.op != "Const" or "value" not in node.attr:
+            continue
+        tensor = node.attr["value"].tensor
+        if tensor.tensor_content or not tensor.half_val or tensor.dtype not in (tf.float16.as_datatype_enum,
+                                                                                tf.bfloat16.as_datatype_enum):
+            continue
+        size = int(np.prod([d.size for d in tensor.tensor_shape.dim], dtype=np.int64))
+        bits = np.array(tensor.half_val, dtype=np.uint16)
+        if len(bits) < size:  # the last value repeats to fill the shape
+            bits = np.concatenate([bits, np.full(size - len(bits), bits[-1], dtype=np.uint16)])
+        tensor.tensor_content = bits.tobytes()  # host byte order, as TF writes it
+        tensor.ClearField("half_val")
+
+
+# Marks of a function compiled by XLA. tf.function(jit_compile=True) also
+# sets _noinline on it; grappler inlines neither kind of call.
+_XLA_MARKERS = ("_XlaMustCompile", "_XlaCompile")
+
+
+def _drop_xla_markers(graph_def):
+    def marked(attrs):
+        return any(name in attrs and attrs[name].b for name in _XLA_MARKERS)
+
+    nodes = list(graph_def.node)
+    for fn in graph_def.library.function:
+        nodes.extend(fn.node_def)
+        if marked(fn.attr):
+            # Only XLA's own _noinline: one the model's author set stays.
+            for name in _XLA_MARKERS + ("_noinline",):
+                fn.attr.pop(name, None)
+    for node in nodes:
+        if marked(node.attr):
+            for name in _XLA_MARKERS + ("_noinline",):
+                node.attr.pop(name, None)
+
+
+def _register_tf2onnx_handlers():
+    """Teach tf2onnx the TF ops it lacks that Keras models use (once).
+
+    Only ops tf2onnx has no handler for at all, so a tf2onnx release that
+    adds one keeps its own.
+    """
+    from tf2onnx import utils
+    from tf2onnx.handler import tf_op
+
+    known = {name for opsets in tf_op.get_opsets().values() for table in opsets for name in table}
+    if "Erfc" not in known:
+        # Keras's exact GELU is 0.5 * x * erfc(-x / sqrt(2)) (ConvNeXt).
+        # Where erfc is tiny, 1 - erf(x) keeps only erf's absolute precision
+        # (2^-11 in float16, 2^-8 in bfloat16); GELU multiplies it by x/2 in
+        # its negative tail, whose outputs are near 0 either way.
+        @tf_op("Erfc")
+        class _Erfc:
+            @classmethod
+            def version_13(cls, ctx, node, **kwargs):
+                # opset 13: the first with Erf and Sub for bfloat16.
+                dtype = ctx.get_dtype(node.input[0])
+                one = ctx.make_const(utils.make_name(node.name + "/one"),
+                                     np.array(1, dtype=utils.map_onnx_to_numpy_type(dtype)))
+                erf = ctx.make_node("Erf", [node.input[0]], op_name_scope=node.name,
+                                    shapes=[ctx.get_shape(node.input[0])], dtypes=[dtype])
+                ctx.replace_inputs(node, [one.output[0], erf.output[0]])
+                node.type = "Sub"
+
+
+class _FromPackage(logging.Filter):
+    """Drops log records emitted by code under one directory."""
+
+    def __init__(self, directory):
+        super().__init__()
+        self.directory = os.path.join(directory, "")
+
+    def filter(self, record):
+        return not record.pathname.startswith(self.directory)
+
+
+def _unique(names):
+    seen, out = set(), []
+    for name in names:
+        new, i = name, 0
+        while new in seen:
+            i += 1
+            new = f"{name}_{i}"
+        seen.add(new)
+        out.append(new)
+    return out
+
+
+_TF2ONNX_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def tf2onnx_knows_bfloat16():
+    """Give tf2onnx's dtype tables a bfloat16 entry during one conversion.
+
+    tf2onnx 1.17 maps tf.bfloat16 to FLOAT16, and has no numpy type for
+    BFLOAT16, so its constant folding and transpose optimizer raise on
+    bfloat16 weights and are skipped (MobileNetV2: 121 Transposes left, 1
+    with the entries). The tables are module globals, restored afterwards;
+    callers hold _TF2ONNX_LOCK. Yields whether the patch applied.
+    """
+    try:
+        import ml_dtypes
+        from tensorflow.core.framework import types_pb2
+        from tf2onnx import tf_utils, utils
+
+        entries = [(tf_utils.TF_TO_ONNX_DTYPE, types_pb2.DT_BFLOAT16, TensorProto.BFLOAT16),
+                   (utils.ONNX_TO_NUMPY_DTYPE, TensorProto.BFLOAT16, ml_dtypes.bfloat16)]
+    except (ImportError, AttributeError):
+        yield False
+        return
+    missing = object()
+    saved = [(table, key, table.get(key, missing)) for table, key, _ in entries]
+    try:
+        for table, key, value in entries:
+            table[key] = value
+        yield True
+    finally:
+        for table, key, old in saved:
+            if old is missing:
+                table.pop(key, None)
+            else:
+                table[key] = old
+
+
+def _graph_dtypes(graph_def):
+    """Every TF dtype named in a GraphDef's node attributes, functions included."""
+    nodes = list(graph_def.node)
+    for fn in graph_def.library.function:
+        nodes.extend(fn.node_def)
+    enums = set()
+    for node in nodes:
+        for attr in node.attr.values():
+            kind = attr.WhichOneof("value")
+            if kind == "type":
+                enums.add(attr.type)
+            elif kind == "list":
+                enums.update(attr.list.type)
+            elif kind == "tensor":
+                enums.add(attr.tensor.dtype)
+    return {tf.dtypes.as_dtype(e) for e in enums if e}
+
+
+def layer_of(node_name, model):
+    """Best guess at the Keras layer a converted node came from.
+
+    A layer inside a nested model is named "outer/inner", as --keep-float32
+    accepts it.
+    """
+    with contextlib.suppress(Exception):
+        # Keras 3 on TF enters each layer's name scope twice, so TF makes
+        # "dense" unique as "dense_1", and a layer named "dense_1" shows as
+        # "dense_1_1": with both layers present, "dense_1" is "dense". tf-keras
+        # enters it once; only a shared layer's later calls get a suffix.
+        keras3 = any(c.__module__.split(".")[0] == "keras" for c in type(model).__mro__)
+        found, layers = [], {layer.name: layer for layer in model.layers}
+        for part in node_name.split("/"):
+            names = [part]
+            base, _, suffix = part.rpartition("_")
+            if base and suffix.isdigit():
+                names = [base, part] if keras3 else [part, base]
+            layer = next((layers[n] for n in names if n in layers), None)
+            if layer is None:
+                continue
+            found.append(layer.name)
+            layers = {inner.name: inner for inner in getattr(layer, "layers", None) or []}
+            if not layers:
+                break
+        return "/".join(found) or None
+    return None
+
+
+# Call wrappers are unconvertible because of what they call, so they are
+# named after the ops that are unconvertible themselves.
+_CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
+
+
+def reject_unconverted_ops(proto, model):
+    # process_tf_graph runs with continue_on_error=True, as from_function
+    # has it: ops tf2onnx cannot map stay in the graph under their TensorFlow
+    # op type, so that all of them can be named here with their layers.
+    opsets = {o.domain or "": o.version for o in proto.opset_import}
+    first = {}  # op type -> first node of that type
+    for g in graphs(proto.graph):
+        for n in g.node:
+            if schema(n, opsets.get(n.domain or "", 1)) is None:
+                first.setdefault(n.op_type, n)
+    if not first:
+        return
+    ops = sorted(first, key=lambda op: (op in _CALL_OPS, op))
+    blamed = []
+    for op in ops:
+        layer = layer_of(first[op].name, model)
+        blamed.append(f"{op} (node '{first[op].name}'" + (f" in layer '{layer}')" if layer else ")"))
+    layer = layer_of(first[ops[0]].name, model)
+    hint = "use --export savedmodel"
+    if layer:
+        hint += f", or --keep-float32 {layer} if the op only fails in 16-bit"
+    noun = "op" if len(ops) == 1 else "ops"
+    raise MpconvertError(f"tf2onnx cannot convert the TensorFlow {noun} {', '.join(blamed)} to ONNX", hint=hint)
+
+
+def _check_inputs(proto, specs):
+    # A graph input beyond the model's own (a tensor the trace captured and
+    # freezing left as a placeholder) is one that no caller knows to feed.
+    got = fed_inputs(proto)
+    want = [s.name for s in specs]
+    if got != want:
+        extra = [n for n in got if n not in want]
+        raise MpconvertError(f"the ONNX graph's inputs are {got}, not the model's {want}"
+                             + (f": {extra} came from tensors the model captures" if extra else ""),
+                             hint="use --export savedmodel")
+
+
+def _check(proto, model):
+    if proto.ByteSize() > _PROTOBUF_LIMIT:
+        raise MpconvertError("the ONNX model is over the 2 GiB protobuf limit, and tf2onnx's external-data "
+                             "mode does not work with NumPy 2", hint="use --export savedmodel")
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        msg = str(exc).strip().splitlines()[0]
+        layer = next((layer_of(n.name, model) for n in proto.graph.node if n.name and n.name in msg), None)
+        hint = "use --export savedmodel" + (f", or --keep-float32 {layer}" if layer else "")
+        raise MpconvertError(f"the converted ONNX graph is invalid: {msg}", hint=hint) from exc

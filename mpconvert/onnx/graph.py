@@ -1,0 +1,207 @@
+"""ModelProto helpers shared by the repair passes and the runner.
+
+Graph walking, op schemas and types, renaming and pruning, and wrapping ops
+so that they compute in float32 between Casts. Imports onnx and numpy only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx
+from onnx import TensorProto, helper
+
+HALF_TYPES = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+def opset(proto):
+    return next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+
+
+def schema(node, opset):
+    try:
+        return onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+    except onnx.defs.SchemaError:
+        return None
+
+
+def bound_tensors(node, schema):
+    """(tensor name, type string, is_output) for each tensor a node binds."""
+    for names, formals, is_output in ((node.input, schema.inputs, False),
+                                      (node.output, schema.outputs, True)):
+        for i, name in enumerate(names):
+            if not name:  # an omitted optional input
+                continue
+            if i < len(formals):
+                formal = formals[i]
+            elif formals and formals[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+                formal = formals[-1]
+            else:
+                continue
+            yield name, formal.type_str, is_output
+
+
+def allowed_types(schema, type_str):
+    """Type strings a formal parameter accepts ("T" -> its constraint)."""
+    for tc in schema.type_constraints:
+        if tc.type_param_str == type_str:
+            return set(tc.allowed_type_strs)
+    return {type_str}
+
+
+def tensor_types(proto):
+    """Element type of every tensor, subgraphs included, by shape inference.
+
+    One dict for all scopes: ONNX forbids a subgraph to reuse an outer name.
+    """
+    types = {}
+    for g in graphs(onnx.shape_inference.infer_shapes(proto, strict_mode=False).graph):
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+        for init in g.initializer:
+            types[init.name] = init.data_type
+    return types
+
+
+def cast_to(node):
+    return next(a.i for a in node.attribute if a.name == "to")
+
+
+def name_factory(proto):
+    used = set()
+    for g in graphs(proto.graph):
+        used |= {t.name for t in g.initializer} | {v.name for v in list(g.input) + list(g.output)}
+        for node in g.node:
+            used.update(node.input)
+            used.update(node.output)
+            used.add(node.name)
+
+    def fresh(base):
+        name, i = base, 0
+        while name in used:
+            i += 1
+            name = f"{base}_{i}"
+        used.add(name)
+        return name
+
+    return fresh
+
+
+def wrap_ops(proto, select, exit_doc=""):
+    """Run the ops `select` picks in float32, in every (sub)graph.
+
+    select(node, schema, bound) gets the node's bound (tensor, type string,
+    element type) triples and returns the 16-bit tensors to widen/round, or
+    nothing. Returns a Counter of wrapped op types.
+    """
+    version = opset(proto)
+    types = tensor_types(proto)
+    fresh = name_factory(proto)
+    wrapped = Counter()
+    # Subgraphs first: rebuilding a parent's node list copies its nodes, and
+    # with them the subgraphs, so later edits through old references are lost.
+    for graph in reversed(list(graphs(proto.graph))):
+        widened, nodes = {}, []  # an up-Cast is only visible in its own scope
+        for node in graph.node:
+            node_schema = schema(node, version)
+            tensors = None
+            # Control flow (Loop, If, Scan) passes types to its bodies, which
+            # are wrapped op by op themselves.
+            if node_schema is not None and node.op_type != "Cast" and not any(subgraphs(node)):
+                bound = [(n, t, types.get(n)) for n, t, _ in bound_tensors(node, node_schema)]
+                tensors = select(node, node_schema, bound)
+            if not tensors:
+                nodes.append(node)
+                continue
+            before, after = wrap_in_float32(node, list(dict.fromkeys(tensors)), types, fresh, widened, exit_doc)
+            nodes.extend(before + [node] + after)
+            wrapped[node.op_type] += 1
+        if len(nodes) != len(graph.node):
+            del graph.node[:]
+            graph.node.extend(nodes)
+    return wrapped
+
+
+def wrap_in_float32(node, tensors, types, fresh, widened, exit_doc=""):
+    """Make `node` compute in float32: Cast `tensors` among its inputs up,
+    and its outputs among `tensors` back to their type. Returns the Casts to
+    put (before, after) the node. `widened` shares one up-Cast per tensor."""
+    before, after = [], []
+    inputs, outputs = list(node.input), list(node.output)
+    for name in tensors:
+        if name in outputs:
+            wide = fresh(name + "__f32")
+            outputs[outputs.index(name)] = wide
+            after.append(helper.make_node("Cast", [wide], [name], to=types[name],
+                                          name=fresh(name + "__from_f32"), doc_string=exit_doc or None))
+        if name in inputs:
+            if name not in widened:
+                widened[name] = fresh(name + "__as_f32")
+                before.append(helper.make_node("Cast", [name], [widened[name]], to=TensorProto.FLOAT,
+                                               name=fresh(name + "__to_f32")))
+            inputs = [widened[name] if n == name else n for n in inputs]
+    del node.input[:]
+    node.input.extend(inputs)
+    del node.output[:]
+    node.output.extend(outputs)
+    return before, after
+
+
+def subgraphs(node):
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def graphs(graph):
+    """`graph` and every subgraph in it, at any depth."""
+    yield graph
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from graphs(sub)
+
+
+def rename_uses(graph, old, new):
+    # Subgraphs (If/Loop bodies) may read outer-scope tensors by name.
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name == old:
+                node.input[i] = new
+        for sub in subgraphs(node):
+            rename_uses(sub, old, new)
+
+
+def reads(node):
+    """Tensor names a node reads, including from inside its subgraphs."""
+    names = {i for i in node.input if i}
+    for sub in subgraphs(node):
+        for inner in sub.node:
+            names |= reads(inner)
+    return names
+
+
+def prune(graph):
+    """Drop nodes and initializers no graph output depends on."""
+    needed = {o.name for o in graph.output}
+    keep = []
+    for node in reversed(graph.node):
+        if any(o in needed for o in node.output):
+            keep.append(node)
+            needed |= reads(node)
+    keep.reverse()
+    if len(keep) != len(graph.node):
+        del graph.node[:]
+        graph.node.extend(keep)
+    inits = [t for t in graph.initializer if t.name in needed]
+    if len(inits) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(inits)
+
+
+def fed_inputs(proto):
+    """Graph inputs a caller feeds (older exporters also list initializers as inputs)."""
+    inits = {t.name for t in proto.graph.initializer}
+    return [i.name for i in proto.graph.input if i.name not in inits]

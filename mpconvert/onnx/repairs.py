@@ -1,0 +1,138 @@
+"""Repair passes for what tf2onnx 1.17 gets wrong in mixed-precision graphs.
+
+Each pass mutates a ModelProto and returns descriptions of what it changed
+(empty: nothing to do), so they can run on any export.
+
+* tf2onnx maps tf.bfloat16 to ONNX FLOAT16 for every type it writes itself
+  (Cast targets, constants it creates such as Relu6's Clip bounds) while
+  weights keep their real BFLOAT16 type: the graph is invalid. export.py
+  fixes that at the source for the duration of a conversion;
+  `retype_float16_as_bfloat16` repairs the graph afterwards should that
+  patch not apply.
+* ONNX opsets before 22 have no bfloat16 Conv, pooling and a few
+  activations, and tf2onnx cannot write opset 22: `insert_float32_islands`
+  computes those ops in float32 between Casts, keeping bfloat16 weights.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from mpconvert.onnx.graph import (
+    allowed_types, cast_to, graphs, opset, prune, rename_uses, tensor_types, wrap_ops)
+
+# Target types that hold every value of the source type exactly.
+_EXACT_WIDENING = {
+    TensorProto.FLOAT16: {TensorProto.FLOAT, TensorProto.DOUBLE},
+    TensorProto.BFLOAT16: {TensorProto.FLOAT, TensorProto.DOUBLE},
+    TensorProto.FLOAT: {TensorProto.DOUBLE},
+}
+# doc_string of the Casts that end a float32 island, so later passes know
+# that rounding was added by us.
+ISLAND_EXIT = "mpconvert: end of float32 island"
+
+
+def retype_float16_as_bfloat16(proto) -> list[str]:
+    """Turn every FLOAT16 in the graph into BFLOAT16.
+
+    Only for graphs whose TensorFlow source had bfloat16 and no float16 at
+    all (the caller checks): there, every FLOAT16 is tf2onnx's mis-mapping.
+    That includes constants tf2onnx makes itself, such as the 0/6 bounds of
+    Relu6's Clip, which look exactly like float16 weights; so this cannot be
+    decided from the ONNX graph alone by type inference.
+    """
+    counts = Counter()
+    for graph in graphs(proto.graph):
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.name in ("to", "dtype") and attr.type == onnx.AttributeProto.INT \
+                        and attr.i == TensorProto.FLOAT16:
+                    attr.i = TensorProto.BFLOAT16
+                    counts[f"{node.op_type} target"] += 1
+                elif attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == TensorProto.FLOAT16:
+                    attr.t.CopyFrom(_as_bfloat16(attr.t))
+                    counts[f"{node.op_type} constant"] += 1
+        for init in graph.initializer:
+            if init.data_type == TensorProto.FLOAT16:
+                init.CopyFrom(_as_bfloat16(init))
+                counts["initializer"] += 1
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            if vi.type.tensor_type.elem_type == TensorProto.FLOAT16:
+                vi.type.tensor_type.elem_type = TensorProto.BFLOAT16
+                counts["type annotation"] += 1
+    if not counts:
+        return []
+    what = ", ".join(f"{n} {kind}(s)" for kind, n in sorted(counts.items()))
+    return [f"retyped FLOAT16 as BFLOAT16 (tf2onnx writes tf.bfloat16 as float16): {what}"]
+
+
+def _as_bfloat16(tensor):
+    import ml_dtypes
+
+    values = numpy_helper.to_array(tensor).astype(np.float32).astype(ml_dtypes.bfloat16)
+    return numpy_helper.from_array(values, tensor.name)
+
+
+def insert_float32_islands(proto) -> list[str]:
+    """Compute ops whose schema lacks bfloat16 at the model's opset in float32.
+
+    Conv, pooling and some activations only allow bfloat16 from opset 22,
+    which tf2onnx cannot write. Their bfloat16 inputs, weights included (so
+    the file keeps 16-bit weights), are Cast to float32 and their outputs
+    Cast back, so the rest of the graph keeps its types.
+    """
+    def lacking_bfloat16(node, schema, bound):
+        lacking = {t for _, t, dtype in bound if dtype == TensorProto.BFLOAT16
+                   and "tensor(bfloat16)" not in allowed_types(schema, t)
+                   and "tensor(float)" in allowed_types(schema, t)}
+        # All tensors bound to one type parameter must change type together.
+        return [n for n, t, dtype in bound if t in lacking and dtype == TensorProto.BFLOAT16]
+
+    version = opset(proto)
+    wrapped = wrap_ops(proto, lacking_bfloat16, exit_doc=ISLAND_EXIT)
+    if not wrapped:
+        return []
+    ops = ", ".join(f"{n} {op}" for op, n in sorted(wrapped.items()))
+    return [f"computed {ops} in float32 between Casts (no bfloat16 in their opset-{version} schema); "
+            "their weights stay bfloat16"]
+
+
+def fold_cast_pairs(proto) -> list[str]:
+    """Bypass back-to-back Casts that return to the starting type.
+
+    Cast(a -> wider) -> Cast(wider -> a) changes nothing. A float32 island's
+    exit Cast to bfloat16 followed by a Cast to float32 (a Conv feeding a
+    float32 BatchNormalization) is bypassed too: that rounding came from
+    `insert_float32_islands`, not from the model.
+    """
+    g = proto.graph
+    types = tensor_types(proto)
+    producer = {out: n for n in g.node for out in n.output}
+    graph_outputs = {o.name for o in g.output}
+    folded = 0
+    for node in g.node:
+        if node.op_type != "Cast" or node.output[0] in graph_outputs:
+            continue
+        first = producer.get(node.input[0])
+        if first is None or first.op_type != "Cast":
+            continue
+        origin = first.input[0]
+        t0, t1 = types.get(origin), cast_to(first)
+        if t0 != cast_to(node):
+            continue
+        if t1 in _EXACT_WIDENING.get(t0, ()) or first.doc_string == ISLAND_EXIT:
+            rename_uses(g, node.output[0], origin)
+            folded += 1
+    if not folded:
+        return []
+    prune(g)
+    return [f"bypassed {folded} back-to-back Cast pair(s) that returned to their input type"]
+
+
+# Run on every export, in this order (retype_float16_as_bfloat16 only where
+# the caller knows FLOAT16 is a mis-mapping).
+REPAIRS = (insert_float32_islands, fold_cast_pairs)

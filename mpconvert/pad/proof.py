@@ -1,0 +1,89 @@
+"""The padding stage: pad where the plan allows, and prove the function unchanged."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..configs import model_config, policy_name
+from ..frameworks import Framework
+from ..options import PadOptions
+from ..precision import SIXTEEN_BIT, Precision
+from ..validate import max_abs_diff, predict
+from .apply import apply_padding
+from .model import as_functional, plan_model_padding
+
+
+@dataclass(frozen=True)
+class Padding:
+    model: Any  # the model to export: padded, or the unpadded one when the proof failed
+    report: dict
+
+
+# The padding logic is exact: in float32 the padded model must agree to
+# rounding. In 16 bits a wider layer may pick another kernel, which rounds
+# differently (Precision.pad_tolerance).
+TOLERANCE_FLOAT32 = 1e-6
+
+
+def _float32_twin(model: Any, framework: Framework) -> Any:
+    """The same model (weights included) with every 16-bit policy set to float32."""
+    config = copy.deepcopy(model_config(model))
+
+    def strip(value: Any) -> None:
+        if isinstance(value, dict):
+            if policy_name(value.get("dtype")) in SIXTEEN_BIT:
+                value["dtype"] = "float32"
+            for item in value.values():
+                strip(item)
+        elif isinstance(value, list):
+            for item in value:
+                strip(item)
+
+    strip(config)
+    return framework.rebuild(model, config)
+
+
+def pad(model: Any, framework: Framework, options: PadOptions, inputs: list[np.ndarray], precision: Precision) -> Padding:
+    """Pad `model` where it is safe and cheap, and prove the function unchanged."""
+    functional = as_functional(model, framework)
+    plan = plan_model_padding(functional, framework, options)
+    report = {
+        "multiple": options.multiple,
+        "max_overhead": options.max_overhead,
+        "padded": list(plan.padded),
+        "skipped": list(plan.skipped),
+        "flops_overhead": round(plan.flops_overhead, 6),
+        "max_abs_diff": None,
+        "float32_max_abs_diff": None,
+        "tolerance": {"float32": TOLERANCE_FLOAT32, precision.name: precision.pad_tolerance},
+        "passed": True,
+        "exported": "unpadded",
+        "reason": None,
+    }
+    if plan.empty:
+        report["reason"] = "nothing to pad: every dimension is already a multiple, or was skipped"
+        return Padding(model, report)
+    padded = apply_padding(functional, framework, plan)
+    twin = _float32_twin(functional, framework)
+    padded_twin = apply_padding(twin, framework, plan)
+    exact = max_abs_diff(predict(twin, inputs), predict(padded_twin, inputs))
+    reference = predict(functional, inputs)
+    sixteen = max_abs_diff(reference, predict(padded, inputs))
+    scale = max(1.0, max(float(np.abs(r).max(initial=0.0)) for r in reference))
+    report["float32_max_abs_diff"] = exact
+    report["max_abs_diff"] = sixteen
+    failures = []
+    if exact is None or exact > TOLERANCE_FLOAT32 * scale:
+        failures.append(f"float32 outputs differ by {exact} (> {TOLERANCE_FLOAT32 * scale:g})")
+    if sixteen is None or sixteen > precision.pad_tolerance * scale:
+        failures.append(f"{precision.name} outputs differ by {sixteen} (> {precision.pad_tolerance * scale:g})")
+    if failures:
+        report["passed"] = False
+        report["reason"] = "padding changed the outputs: " + "; ".join(failures) + "; the unpadded model was exported"
+        return Padding(model, report)
+    report["exported"] = "padded"
+    return Padding(padded, report)
