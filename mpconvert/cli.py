@@ -20,6 +20,7 @@ from pathlib import Path
 
 import click
 
+from .api import conversion_options, gate_options
 from .errors import MpconvertError
 from .options import (
     ARTIFACT_KINDS,
@@ -28,20 +29,17 @@ from .options import (
     DEFAULT_LEARNING_RATE,
     DEFAULT_MAX_DROP,
     DEFAULT_MAX_PAD_OVERHEAD,
+    DEFAULT_OPSET,
     DEFAULT_PAD_MULTIPLE,
     EXPORT_KINDS,
+    MAX_OPSET,
     METRICS,
-    POLICIES,
-    ConvertOptions,
+    MIN_OPSET,
     ExportOptions,
-    FinetuneOptions,
-    GateOptions,
-    LoadOptions,
-    PadOptions,
-    RewriteOptions,
-    ValidateOptions,
+    SaveOptions,
     default_out_dir,
 )
+from .precision import POLICIES
 from .report import EXIT_FAILED, EXIT_GATE, EXIT_OK, EXIT_USAGE, REPORT_NAME
 
 EXIT_CODES_HELP = f"""\b
@@ -58,12 +56,23 @@ Exit codes:
 
 
 class _DefaultToConvert(click.Group):
-    """A group whose first argument may be the model instead of a verb."""
+    """A group whose first argument may be the model instead of a verb.
+
+    `mpconvert --help` shows the main form's options (the conversion is what
+    people come for), then the other commands.
+    """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["convert", *args]
         return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        main_form = self.commands["convert"]
+        main_form.format_help(click.Context(main_form, info_name=ctx.info_name), formatter)
+        others = [(name, cmd.get_short_help_str(120)) for name, cmd in self.commands.items() if not cmd.hidden]
+        with formatter.section("Other commands (mpconvert COMMAND --help for their options)"):
+            formatter.write_dl(others)
 
 
 def _parse_exports(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -147,7 +156,7 @@ quiet_option = click.option(
 )
 
 
-def gate_options(stored: bool):
+def gate_flags(stored: bool):
     """Thresholds and outputs shared by `convert` and `check`.
 
     For `check` (stored=True) an absent threshold keeps the report's value.
@@ -208,17 +217,6 @@ def gate_options(stored: bool):
     return decorate
 
 
-def _gate_options(max_drop, min_agreement, atol, rtol, baseline, max_regression) -> GateOptions:
-    return GateOptions(
-        max_drop=max_drop,
-        min_agreement=min_agreement,
-        atol=atol,
-        rtol=rtol,
-        max_regression=max_regression,
-        baseline=baseline,
-    )
-
-
 @dataclass(frozen=True)
 class _Outputs:
     """What to print and write once a report exists (a conversion's or a re-check's)."""
@@ -238,8 +236,7 @@ class _Outputs:
         return self.as_json or self.summary == "-"
 
     def emit(self, report: dict, report_path: Path | None) -> None:
-        from .render import markdown, write_junit
-        from .report import render_summary
+        from .render import markdown, render_summary, write_junit
 
         if not self.quiet:
             render_summary(report, stream=sys.stderr if self.stdout_taken else None, report_path=report_path)
@@ -263,15 +260,10 @@ class _Outputs:
 @click.group(cls=_DefaultToConvert, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="mpconvert")
 def cli() -> None:
-    """Convert float32 Keras models to mixed precision and export them.
-
-    \b
-    mpconvert MODEL --policy mixed_float16 [--data data.npz] [--out DIR]
-    mpconvert inspect MODEL [--policy mixed_bfloat16]
-    """
+    """Convert float32 Keras models to mixed precision and export them."""
 
 
-@cli.command("convert", epilog=EXIT_CODES_HELP)
+@cli.command("convert", epilog=EXIT_CODES_HELP, hidden=True)
 @model_argument
 @click.option(
     "--policy", type=click.Choice(POLICIES), required=True, help="mixed_float16 (NVIDIA Tensor Cores) or mixed_bfloat16 (TPU, bf16 CPUs)."
@@ -286,9 +278,7 @@ def cli() -> None:
 @click.option(
     "--max-drop",
     type=click.FloatRange(min=0),
-    default=DEFAULT_MAX_DROP,
-    show_default=True,
-    help="Largest allowed metric drop, in the metric's units (0.01 = 1 point of accuracy).",
+    help=f"Largest allowed metric drop, in the metric's units (0.01 = 1 point of accuracy). [default: {DEFAULT_MAX_DROP}]",
 )
 @click.option("--metric", type=click.Choice(METRICS), help="[default: accuracy for softmax/sigmoid outputs, else mse]")
 @keep_option
@@ -301,6 +291,13 @@ def cli() -> None:
     help="Artifacts to write, comma-separated.",
 )
 @click.option(
+    "--opset",
+    type=click.IntRange(MIN_OPSET, MAX_OPSET),
+    default=DEFAULT_OPSET,
+    show_default=True,
+    help="ONNX opset of the .onnx file (tf2onnx 1.17 writes 13 to 18).",
+)
+@click.option(
     "--finetune-steps",
     type=click.IntRange(min=0),
     help=f"Fine-tuning steps, 0 to skip [default: {DEFAULT_FINETUNE_STEPS} when the data has a training split].",
@@ -311,12 +308,12 @@ def cli() -> None:
 @click.option("--loss", help="Fine-tuning loss [default: the model's saved loss, else one for its output].")
 @pad_multiple_option
 @max_pad_overhead_option
-@gate_options(stored=False)
+@gate_flags(stored=False)
 @unsafe_option
 @quiet_option
 @debug_option
 def convert_command(
-    model, policy, data, out, force, max_drop, metric, keep_float32, exports,
+    model, policy, data, out, force, max_drop, metric, keep_float32, exports, opset,
     finetune_steps, learning_rate, batch_size, seed, loss, pad_multiple, max_pad_overhead,
     min_agreement, atol, rtol, baseline, max_regression, junit, summary, as_json,
     unsafe_deserialization, quiet, debug,
@@ -325,24 +322,19 @@ def convert_command(
     outputs = _Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
-        from .pipeline import convert
+        from .pipeline import convert_and_save
 
-        options = ConvertOptions(
-            load=LoadOptions(model, unsafe_deserialization),
-            rewrite=RewriteOptions(policy, tuple(keep_float32)),
-            validate=ValidateOptions(data=data, metric=metric, max_drop=max_drop, seed=seed),
-            export=ExportOptions(kinds=exports),
-            finetune=FinetuneOptions(finetune_steps, learning_rate, batch_size, seed, loss),
-            pad=PadOptions(pad_multiple, max_pad_overhead),
-            # The conversion's budget is the validation's max_drop (above).
-            gate=_gate_options(None, min_agreement, atol, rtol, baseline, max_regression),
-            out=out or default_out_dir(model, policy),
-            force=force,
-            quiet=quiet,
-        )
+        options = conversion_options(
+            model, policy, data=data, keep_float32=keep_float32, metric=metric, max_drop=max_drop,
+            min_agreement=min_agreement, atol=atol, rtol=rtol, baseline=baseline, max_regression=max_regression,
+            finetune_steps=finetune_steps, learning_rate=learning_rate, batch_size=batch_size, loss=loss, seed=seed,
+            pad_multiple=pad_multiple, max_pad_overhead=max_pad_overhead,
+            unsafe_deserialization=unsafe_deserialization,
+        )  # fmt: skip
+        save = SaveOptions(out or default_out_dir(model, policy), ExportOptions(exports, opset), force)
         with _Display(quiet or outputs.stdout_taken) as display:
-            report = convert(options, display.hooks())
-        outputs.emit(report.as_dict(), Path(report.out) / REPORT_NAME)
+            report, written = convert_and_save(options, save, display.hooks())
+        outputs.emit(report.as_dict(), written / REPORT_NAME)
         return report.exit_code
 
     sys.exit(_run(debug, action))
@@ -360,37 +352,14 @@ def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead,
     """Print the per-layer plan for MODEL without converting it: policies and padding."""
 
     def action() -> int:
-        from rich.console import Console
-        from rich.table import Table
+        from .api import inspect
+        from .render import render_inspection
 
-        from .pipeline import inspect
-
-        loaded, plan, padding = inspect(
-            LoadOptions(model, unsafe_deserialization),
-            RewriteOptions(policy, tuple(keep_float32)),
-            PadOptions(pad_multiple, max_pad_overhead),
-        )
-        # Piped output keeps whole rows, so `| grep` finds a layer's line.
-        console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-        table = Table(title=f"{model} ({loaded.format}, {loaded.framework.name}) -> {policy}")
-        for column in ("layer", "class", "policy", "kept float32 because"):
-            table.add_column(column, no_wrap=True)
-        for d in plan.decisions:
-            table.add_row(d.name, d.class_name, d.policy or "-", d.pinned or "")
-        console.print(table)
-        if padding is None:
-            return EXIT_OK
-        table = Table(title=f"Tensor-Core padding to multiples of {pad_multiple} "
-                            f"(+{padding.flops_overhead:.1%} multiply-adds)")  # fmt: skip
-        for column in ("layer", "dimension", "now", "padded to", "or not, because"):
-            table.add_column(column, no_wrap=True)
-        for d in padding.padded:
-            table.add_row(d["layer"], d["dim"], str(d["from"]), str(d["to"]), "")
-        for d in padding.skipped:
-            table.add_row(d["layer"], d["dim"], str(d["from"]), "", d["reason"])
-        if not padding.padded and not padding.skipped:
-            table.add_row("(every dimension is already a multiple)", "", "", "", "")
-        console.print(table)
+        found = inspect(
+            model, policy, keep_float32=keep_float32, pad_multiple=pad_multiple,
+            max_pad_overhead=max_pad_overhead, unsafe_deserialization=unsafe_deserialization,
+        )  # fmt: skip
+        render_inspection(found)
         return EXIT_OK
 
     sys.exit(_run(debug, action))
@@ -399,7 +368,7 @@ def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead,
 @cli.command("check", epilog=EXIT_CODES_HELP)
 @click.argument("report_file", metavar="REPORT", type=click.Path(path_type=Path))
 @click.option("--max-drop", type=click.FloatRange(min=0), help="Largest allowed metric drop. [default: the report's]")
-@gate_options(stored=True)
+@gate_flags(stored=True)
 @quiet_option
 @debug_option
 def check_command(
@@ -414,13 +383,14 @@ def check_command(
 
     def action() -> int:
         # No TensorFlow on this path: a re-check takes a fraction of a second.
-        from .gate import read_report, stored_thresholds
-        from .report import Report
+        from .api import recheck
+        from .gate import read_report
 
-        stored = read_report(report_file)
-        options = _gate_options(max_drop, min_agreement, atol, rtol, baseline, max_regression)
-        thresholds = stored_thresholds(stored).overridden(options, stored["validation"]["metric"])
-        report = Report.from_dict(stored, thresholds)
+        options = gate_options(
+            max_drop=max_drop, min_agreement=min_agreement, atol=atol, rtol=rtol,
+            baseline=baseline, max_regression=max_regression,
+        )  # fmt: skip
+        report = recheck(read_report(report_file), options)
         outputs.emit(report.as_dict(), report_file)
         return report.exit_code
 

@@ -1,0 +1,23 @@
+"""mpconvert: convert float32 Keras models to mixed precision, check the accuracy change, export.
+
+    import mpconvert
+    conv = mpconvert.convert(model, "mixed_bfloat16", data=(x_val, y_val))
+    conv.model.predict(x)              # the converted model, in memory
+    conv.passed, conv.report           # the gate's verdict and the full report
+    conv.save("out/")                  # SavedModel + ONNX, re-loaded and checked
+
+Importing this package does not import TensorFlow; converting does.
+"""
+
+from importlib import metadata as _metadata
+
+from .api import Conversion, Inspection, check, convert, inspect
+from .errors import MpconvertError
+from .precision import POLICIES, Precision
+
+try:
+    __version__ = _metadata.version("mpconvert")
+except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = ["Conversion", "Inspection", "MpconvertError", "POLICIES", "Precision", "check", "convert", "inspect", "__version__"]
