@@ -85,10 +85,12 @@ def conversion_options(
     pad_multiple: int = DEFAULT_PAD_MULTIPLE,
     max_pad_overhead: float = DEFAULT_MAX_PAD_OVERHEAD,
     unsafe_deserialization: bool = False,
+    imports: tuple[str, ...] | list[str] = (),
+    custom_objects: Mapping[str, Any] | None = None,
 ) -> ConvertOptions:
     """The one options object of a conversion, from the keywords the CLI and `convert` share."""
     return ConvertOptions(
-        load=LoadOptions(model, unsafe_deserialization),
+        load=LoadOptions(model, unsafe_deserialization, tuple(imports), custom_objects),
         rewrite=RewriteOptions(policy, tuple(keep_float32)),
         validate=ValidateOptions(data=data, metric=metric, seed=seed),
         finetune=FinetuneOptions(finetune_steps, learning_rate, batch_size, seed, loss),
@@ -200,12 +202,14 @@ def inspect(
     pad_multiple: int = DEFAULT_PAD_MULTIPLE,
     max_pad_overhead: float = DEFAULT_MAX_PAD_OVERHEAD,
     unsafe_deserialization: bool = False,
+    imports: tuple[str, ...] | list[str] = (),
+    custom_objects: Mapping[str, Any] | None = None,
 ) -> Inspection:
     from .pipeline import inspect as plan
 
     options = conversion_options(
-        model, policy, keep_float32=keep_float32, pad_multiple=pad_multiple,
-        max_pad_overhead=max_pad_overhead, unsafe_deserialization=unsafe_deserialization,
+        model, policy, keep_float32=keep_float32, pad_multiple=pad_multiple, max_pad_overhead=max_pad_overhead,
+        unsafe_deserialization=unsafe_deserialization, imports=imports, custom_objects=custom_objects,
     )  # fmt: skip
     found = plan(options)
     source = {

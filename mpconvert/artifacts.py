@@ -156,7 +156,9 @@ def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], 
         "initializer_dtypes": exported.initializer_dtypes,
         "repairs": list(exported.repairs),
         # ONNX Runtime's CPU provider lacks most bfloat16 kernels; these op
-        # types were run in float32 with rounding back to 16 bits after each.
+        # types were run in float32 with rounding back to 16 bits after each,
+        # on a copy: the file as written did not run here.
         "emulated_16bit_ops": list(run.promoted_ops),
+        "ran_as_written": run.native,
     }
-    return _artifact("onnx", path, expected, run.outputs, run.runtime, details)
+    return _artifact("onnx", path, expected, run.outputs, run.checked_with, details)

@@ -40,7 +40,7 @@ from .options import (
     default_out_dir,
 )
 from .precision import POLICIES
-from .report import EXIT_FAILED, EXIT_GATE, EXIT_OK, EXIT_USAGE, REPORT_NAME
+from .report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -52,6 +52,7 @@ Exit codes:
      drop, agreement, artifact parity, fine-tune health, padding proof or
      baseline regression (report.json, --junit and --summary are still
      written and name the failing checks)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C; 143 for SIGTERM); nothing is written
 """
 
 
@@ -111,8 +112,14 @@ def _run(debug: bool, action) -> int:
         if exc.hint:
             click.echo(f"  fix: {exc.hint}", err=True)
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         click.echo("interrupted: nothing was written", err=True)
+        return getattr(exc, "exit_code", EXIT_INTERRUPTED)
+    except MemoryError:
+        if debug:
+            traceback.print_exc()
+        click.echo("error: ran out of memory", err=True)
+        click.echo("  fix: free memory, or convert with less --data (fewer validation and training rows)", err=True)
         return EXIT_FAILED
     except Exception as exc:  # a bug in mpconvert or a framework failure we did not foresee
         if debug:
@@ -130,6 +137,14 @@ keep_option = click.option(
     multiple=True,
     metavar="REGEX",
     help="Keep layers whose whole name or class name matches REGEX in float32 (repeatable).",
+)
+import_option = click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE before loading, so the custom layers it registers are found (repeatable). "
+    "This runs that module's code.",
 )
 unsafe_option = click.option(
     "--unsafe-deserialization",
@@ -171,7 +186,9 @@ def gate_flags(stored: bool):
         click.option(
             "--min-agreement",
             type=click.FloatRange(0, 1),
-            help=f"Smallest share of unchanged predictions (classifiers). {default(DEFAULT_MIN_AGREEMENT)}",
+            help="Classifiers: with labels, the smallest share of the rows the float32 model got right that the "
+            "converted model must still get right (fixed rows do not count against it); without labels, the "
+            f"smallest share of unchanged predictions. {default(DEFAULT_MIN_AGREEMENT)}",
         ),
         click.option(
             "--atol",
@@ -309,6 +326,7 @@ def cli() -> None:
 @pad_multiple_option
 @max_pad_overhead_option
 @gate_flags(stored=False)
+@import_option
 @unsafe_option
 @quiet_option
 @debug_option
@@ -316,23 +334,24 @@ def convert_command(
     model, policy, data, out, force, max_drop, metric, keep_float32, exports, opset,
     finetune_steps, learning_rate, batch_size, seed, loss, pad_multiple, max_pad_overhead,
     min_agreement, atol, rtol, baseline, max_regression, junit, summary, as_json,
-    unsafe_deserialization, quiet, debug,
+    imports, unsafe_deserialization, quiet, debug,
 ):  # fmt: skip
     """Convert MODEL (.keras, .h5 or Keras SavedModel folder) to mixed precision."""
     outputs = _Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
         from .pipeline import convert_and_save
+        from .render import LiveDisplay
 
         options = conversion_options(
             model, policy, data=data, keep_float32=keep_float32, metric=metric, max_drop=max_drop,
             min_agreement=min_agreement, atol=atol, rtol=rtol, baseline=baseline, max_regression=max_regression,
             finetune_steps=finetune_steps, learning_rate=learning_rate, batch_size=batch_size, loss=loss, seed=seed,
             pad_multiple=pad_multiple, max_pad_overhead=max_pad_overhead,
-            unsafe_deserialization=unsafe_deserialization,
+            unsafe_deserialization=unsafe_deserialization, imports=imports,
         )  # fmt: skip
         save = SaveOptions(out or default_out_dir(model, policy), ExportOptions(exports, opset), force)
-        with _Display(quiet or outputs.stdout_taken) as display:
+        with LiveDisplay(quiet or outputs.stdout_taken) as display:
             report, written = convert_and_save(options, save, display.hooks())
         outputs.emit(report.as_dict(), written / REPORT_NAME)
         return report.exit_code
@@ -346,9 +365,10 @@ def convert_command(
 @keep_option
 @pad_multiple_option
 @max_pad_overhead_option
+@import_option
 @unsafe_option
 @debug_option
-def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead, unsafe_deserialization, debug):
+def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead, imports, unsafe_deserialization, debug):
     """Print the per-layer plan for MODEL without converting it: policies and padding."""
 
     def action() -> int:
@@ -357,7 +377,7 @@ def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead,
 
         found = inspect(
             model, policy, keep_float32=keep_float32, pad_multiple=pad_multiple,
-            max_pad_overhead=max_pad_overhead, unsafe_deserialization=unsafe_deserialization,
+            max_pad_overhead=max_pad_overhead, unsafe_deserialization=unsafe_deserialization, imports=imports,
         )  # fmt: skip
         render_inspection(found)
         return EXIT_OK
@@ -397,49 +417,6 @@ def check_command(
     sys.exit(_run(debug, action))
 
 
-class _Display:
-    """Stage names and a fine-tuning progress bar, only on an interactive terminal."""
-
-    def __init__(self, quiet: bool):
-        self.live = not quiet and sys.stdout.isatty()
-        self.progress = None
-        self.task = None
-
-    def __enter__(self) -> "_Display":
-        if self.live:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), transient=True,
-            )  # fmt: skip
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.progress:
-            self.progress.stop()
-
-    def hooks(self):
-        from .pipeline import Hooks
-
-        if not self.progress:
-            return Hooks()
-        return Hooks(stage=self._stage, finetune_step=self._step)
-
-    def _stage(self, name: str) -> None:
-        if self.task is not None:  # the fine-tune bar is done once the next stage starts
-            self.progress.remove_task(self.task)
-            self.task = None
-        self.progress.console.print(f"[dim]... {name}[/]")
-
-    def _step(self, step: int, total: int, loss: float, scale: float | None) -> None:
-        if self.task is None:
-            self.task = self.progress.add_task("fine-tune", total=total, detail="")
-        detail = f"loss {loss:.4f}" + (f"  scale {scale:g}" if scale is not None else "")
-        self.progress.update(self.task, completed=step, detail=detail)
-
-
 def _silence_frameworks() -> None:
     """Keep TensorFlow's C++ and Python log noise away from the user.
 
@@ -460,8 +437,14 @@ def _silence_frameworks() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, unwinding like Ctrl-C; the shell convention is 128 + 15."""
+
+    exit_code = 128 + signal.SIGTERM
+
+
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise _Terminated
 
 
 def main() -> None:

@@ -9,10 +9,11 @@ reported with the key and the expected shape, before anything is written.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import math
+import os
 import re
-import sys
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -21,6 +22,7 @@ import numpy as np
 
 from .errors import MpconvertError
 from .signature import Signature, TensorSpec
+from .usercode import import_module
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,18 @@ def _train_and_validation(spec: Any) -> tuple[Any, Any]:
 
 
 def load_npz(path: Path, signature: Signature, task: Task) -> EvalData:
-    return _eval_data(f"data file {path}", _read(path), signature, task, "npz", str(path))
+    with _open_npz(path) as arrays:
+        try:
+            return _eval_data(f"data file {path}", arrays, signature, task, "npz", str(path))
+        except MemoryError:
+            # Checking converts the arrays (astype, isfinite), which needs
+            # memory beside them; reading itself is guarded per key.
+            raise MpconvertError(
+                f"ran out of memory while checking data file {path}", hint=_SMALLER_SPLIT
+            ) from None
 
 
-def _eval_data(where: str, arrays: dict, signature: Signature, task: Task, source: str, origin: str | None) -> EvalData:
+def _eval_data(where: str, arrays: Mapping[str, np.ndarray], signature: Signature, task: Task, source: str, origin: str | None) -> EvalData:
     validation = _split(where, arrays, signature, task, "", required=True)
     train = _split(where, arrays, signature, task, "_train", required=False)
     return EvalData(validation, train, source, origin)
@@ -123,14 +133,13 @@ def load_callable(spec: str, signature: Signature, task: Task) -> EvalData:
     train.
     """
     module_name, function_name = spec.split(":")
-    try:
-        with _current_dir_importable():
-            function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
+    module = import_module(module_name, f"--data {spec}")
+    function = getattr(module, function_name, None)
+    if not callable(function):
         raise MpconvertError(
-            f"--data {spec}: cannot import {function_name!r} from {module_name!r} ({exc})",
-            hint="give an importable module (run from its folder or set PYTHONPATH) and a function in it",
-        ) from None
+            f"--data {spec}: module {module_name!r} has no function {function_name!r}",
+            hint="name a function defined in that module, e.g. --data mydata:load",
+        )
     try:
         result = function()
     except Exception as exc:
@@ -144,20 +153,6 @@ def load_callable(spec: str, signature: Signature, task: Task) -> EvalData:
             hint="return (train, validation), each (x, y) arrays or a tf.data.Dataset of (x, y); train may be None",
         )
     return _from_parts(f"--data {spec}", result[0], result[1], signature, task, "callable", spec)
-
-
-@contextlib.contextmanager
-def _current_dir_importable() -> Iterator[None]:
-    """Like `python -m`: modules beside the user import, for this import only."""
-    cwd = str(Path.cwd())
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        yield
-    finally:
-        if added and cwd in sys.path:
-            sys.path.remove(cwd)
 
 
 def _from_parts(where: str, train, validation, signature: Signature, task: Task, source: str, origin: str | None = None) -> EvalData:
@@ -213,23 +208,122 @@ def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarra
     return [np.asarray(x)]
 
 
-def _read(path: Path) -> dict[str, np.ndarray]:
+_SMALLER_SPLIT = "store a smaller validation split, e.g. a few thousand rows"
+_NPY_HEADER_READERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+@contextlib.contextmanager
+def _open_npz(path: Path) -> Iterator[_NpzArrays]:
     if not path.is_file():
         raise MpconvertError(f"data file not found: {path}", hint="pass an existing .npz file with --data")
     try:
-        # allow_pickle=False: an .npz can carry pickled objects, which would
-        # run code on load; labelled data never needs them.
-        with np.load(path, allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files}
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
+        archive = zipfile.ZipFile(path)
+    except Exception as exc:  # any failure to parse the zip directory is the file's
+        raise _unreadable(path, exc) from exc
+    with archive:
+        yield _NpzArrays(path, archive)
+
+
+class _NpzArrays(Mapping):
+    """The arrays of an open .npz by key, each read only when looked up.
+
+    Keys come from the zip directory (members are `KEY.npy`, as np.savez
+    writes them), so listing or testing keys reads no data and members that
+    are never looked up are never decompressed. Nothing is cached: a looked-up
+    array is freed as soon as the caller drops it.
+    """
+
+    def __init__(self, path: Path, archive: zipfile.ZipFile):
+        self._path = path
+        self._archive = archive
+        self._members = {name.removesuffix(".npy"): name for name in archive.namelist()}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._members  # Mapping's default would read the array
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        info = self._archive.getinfo(self._members[key])
+        shape, dtype = self._checked_header(key, info)
+        try:
+            with self._archive.open(info) as fp:
+                # allow_pickle=False: an .npz can carry pickled objects, which
+                # would run code on load; labelled data never needs them.
+                return np.lib.format.read_array(fp, allow_pickle=False)
+        except MemoryError:
             raise MpconvertError(
-                f"{path} holds object arrays, which could only be read by unpickling them",
+                f"ran out of memory reading {key!r} {shape} {dtype} from {self._path}", hint=_SMALLER_SPLIT
+            ) from None
+        except Exception as exc:  # zlib, CRC, EOF, ...: whatever a damaged member raises
+            raise _unreadable(self._path, exc) from exc
+
+    def _checked_header(self, key: str, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype]:
+        """The member's declared shape and dtype, refused before any data is read
+        if the data could not be there or could not fit in memory."""
+        try:
+            with self._archive.open(info) as fp:
+                version = np.lib.format.read_magic(fp)
+                if version not in _NPY_HEADER_READERS:
+                    raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+                shape, _, dtype = _NPY_HEADER_READERS[version](fp)
+                header_bytes = fp.tell()
+        except Exception as exc:  # a bad header, or a damaged zip entry
+            raise _unreadable(self._path, exc) from exc
+        declared = f"{key!r} declares shape {shape} {dtype}"
+        if dtype.hasobject:
+            raise MpconvertError(
+                f"{self._path} holds object arrays ({key!r}), which could only be read by unpickling them",
                 hint="save plain numeric arrays, e.g. np.savez(path, x=x.astype('float32'), y=y)",
-            ) from exc
-        raise _unreadable(path, exc) from exc
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise _unreadable(path, exc) from exc
+            )
+        size = math.prod(shape) * dtype.itemsize
+        stored = info.file_size - header_bytes
+        if size > stored:
+            raise MpconvertError(
+                f"data file {self._path}: {declared} ({_bytes(size)}) but holds only {_bytes(stored)}: "
+                "the file is truncated or its header does not match its data",
+                hint="write the file again with np.savez or np.savez_compressed",
+            )
+        available = _available_memory()
+        if available is not None and size > available:
+            raise MpconvertError(
+                f"data file {self._path}: {declared} ({_bytes(size)}), "
+                f"more than the {_bytes(available)} of memory available",
+                hint=_SMALLER_SPLIT,
+            )
+        return shape, dtype
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available now, or None where it cannot be told."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
+        return None
+
+
+def _bytes(n: int) -> str:
+    """Like "64.0 TiB", in integers: a header may declare more than a float holds."""
+    units = ("KiB", "MiB", "GiB", "TiB")
+    power = min(len(units), max(0, (n.bit_length() - 1) // 10))
+    if power == 0:
+        return f"{n} bytes"
+    tenths = n * 10 >> (10 * power)
+    return f"{tenths // 10}.{tenths % 10} {units[power - 1]}"
 
 
 def _unreadable(path: Path, exc: Exception) -> MpconvertError:
@@ -239,7 +333,7 @@ def _unreadable(path: Path, exc: Exception) -> MpconvertError:
     )
 
 
-def _split(where: str, arrays: dict, signature: Signature, task: Task, suffix: str, required: bool) -> Split | None:
+def _split(where: str, arrays: Mapping[str, np.ndarray], signature: Signature, task: Task, suffix: str, required: bool) -> Split | None:
     keys = input_keys(signature, suffix)
     label_key = "y" + suffix
     present = [k for k in keys + [label_key] if k in arrays]

@@ -51,20 +51,21 @@ class Framework:
                 self.module.mixed_precision.set_global_policy(before)
 
     @contextlib.contextmanager
-    def deserialization(self, safe: bool) -> Iterator[None]:
-        """Scope the user's --unsafe-deserialization choice to this conversion.
+    def deserialization(self, safe: bool, custom_objects: dict | None = None) -> Iterator[None]:
+        """Scope the user's --unsafe-deserialization choice and custom objects to this conversion.
 
         Loading is not the only deserialization: the rewrite rebuilds the
         model from its config and the export reloads `model.keras`, and both
-        consult the framework's safe mode rather than a load_model argument.
-        The scope keeps the choice from leaking into later conversions in the
-        same process.
+        consult the framework's safe mode and custom-object scope rather than
+        load_model arguments. The scope keeps both from leaking into later
+        conversions in the same process.
         """
-        if safe:
-            yield
-            return
-        serialization_lib = importlib.import_module(f"{self.name}.src.saving.serialization_lib")
-        with serialization_lib.SafeModeScope(False):
+        with contextlib.ExitStack() as stack:
+            if custom_objects:
+                stack.enter_context(self.module.utils.custom_object_scope(custom_objects))
+            if not safe:
+                serialization_lib = importlib.import_module(f"{self.name}.src.saving.serialization_lib")
+                stack.enter_context(serialization_lib.SafeModeScope(False))
             yield
 
     def model_from_config(self, model: Any, config: dict) -> Any:

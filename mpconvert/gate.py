@@ -18,12 +18,16 @@ from .options import ARTIFACT_KINDS, DEFAULT_MAX_DROP, GateOptions
 from .precision import POLICIES, Precision
 from .validate import within, worse_by
 
-# At least this share of predictions (argmax, or the 0.5 threshold for a
-# sigmoid) must be unchanged. 16-bit rounding flips a few borderline
-# predictions: on the sample models the lowest agreement seen was 0.984 (1 of
-# 64 generated inputs, digits_mlp under bfloat16; 0.9956 and above on
-# labelled data). 0.95 leaves three times that disagreement, and still
-# catches a conversion that changes one prediction in twenty.
+# The agreement check guards against harm, not change. With labels, at least
+# this share of the rows the float32 model got right must still be right
+# (predictions it fixes are improvements, e.g. from fine-tuning, and count
+# for nothing); without labels, this share of predictions (argmax, or the 0.5
+# threshold for a sigmoid) must be unchanged. 16-bit rounding flips a few
+# borderline predictions: on the sample models the lowest agreement seen was
+# 0.984 (1 of 64 generated inputs, digits_mlp under bfloat16; 0.9956 and above
+# on labelled data, where the harmed rows are at most those flips). 0.95
+# leaves three times that, and still catches a conversion that breaks one
+# right prediction in twenty.
 DEFAULT_MIN_AGREEMENT = 0.95
 
 # Any regression against a baseline fails by default. Runs are deterministic
@@ -174,11 +178,9 @@ def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
     if report.get("finetune"):
         checks.append(_finetune_health(report["finetune"]))
     checks.append(check_accuracy(validation, thresholds.max_drop))
-    if validation["agreement"] is not None:  # None for regression models
-        checks.append(_agreement(validation, thresholds.min_agreement))
-    elif validation.get("agreement_rows") == 0:
-        message = f"not judged: all {validation['rows']} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
-        checks.append(Check(AGREEMENT, True, message, {"agreement": None, "rows": 0}))
+    agreement = check_agreement(validation, thresholds.min_agreement)
+    if agreement is not None:  # None for regression models
+        checks.append(agreement)
     if report.get("padding"):
         checks.append(_padding(report["padding"]))
     keras_nonfinite = validation["nonfinite_outputs"] > 0
@@ -252,7 +254,25 @@ def check_accuracy(v: dict, max_drop: float) -> Check:
     return Check(ACCURACY, passed, message, values)
 
 
-def _agreement(v: dict, min_agreement: float) -> Check:
+def check_agreement(v: dict, min_agreement: float) -> Check | None:
+    """Harm with labels, agreement without: the rule the report's fields allow.
+
+    Reports written before the harm fields (no `kept_correct_rows`) are
+    judged by agreement, as they were then.
+    """
+    if v.get("agreement_rows") == 0:
+        message = f"not judged: all {v['rows']} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
+        return Check(AGREEMENT, True, message, {"agreement": None, "rows": 0})
+    if v.get("kept_correct_rows") == 0:
+        message = (
+            f"not judged: the float32 model got none of the {v['agreement_rows']} decisive rows right, "
+            f"so none can be harmed ({v['fixed']} fixed)"
+        )
+        return Check(AGREEMENT, True, message, {"kept_correct": None, "rows": 0, "fixed": v["fixed"]})
+    if v.get("kept_correct") is not None:
+        return _kept_correct(v, min_agreement)
+    if v["agreement"] is None:
+        return None
     agreement = v["agreement"]
     passed = within(min_agreement, agreement)
     message = (
@@ -260,6 +280,26 @@ def _agreement(v: dict, min_agreement: float) -> Check:
         f"{'>=' if passed else '<'} min {min_agreement:.2%}"
     )
     values = {"agreement": agreement, "min_agreement": min_agreement, "rows": v.get("agreement_rows", v["rows"])}
+    return Check(AGREEMENT, passed, message, values)
+
+
+def _kept_correct(v: dict, min_agreement: float) -> Check:
+    kept = v["kept_correct"]
+    passed = within(min_agreement, kept)
+    ties = v["rows"] - v["agreement_rows"]
+    left_out = f"; {ties} near-ties left out" if ties else ""
+    message = (
+        f"kept {kept:.2%} of the {v['kept_correct_rows']} rows the float32 model got right "
+        f"({v['harmed']} harmed, {v['fixed']} fixed{left_out}) {'>=' if passed else '<'} min {min_agreement:.2%}"
+    )
+    values = {
+        "kept_correct": kept,
+        "min_agreement": min_agreement,
+        "rows": v["kept_correct_rows"],
+        "harmed": v["harmed"],
+        "fixed": v["fixed"],
+        "agreement": v["agreement"],
+    }
     return Check(AGREEMENT, passed, message, values)
 
 

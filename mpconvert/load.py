@@ -14,6 +14,7 @@ is done here once for every format.
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any, Iterator
 from .errors import MpconvertError
 from .frameworks import KERAS3, TF_KERAS, Framework, framework_of
 from .options import LoadOptions
+from .usercode import import_module
 
 SAVEDMODEL_WITHOUT_KERAS_HINT = (
     "mpconvert rewrites per-layer dtype policies, which needs the Keras model. "
@@ -39,6 +41,11 @@ class Loaded:
     format: str  # "keras", "h5", "savedmodel", or "object" for a live model
     safe: bool  # False when the user allowed code-carrying layers
     saved_loss: Any = None  # the loss the model was compiled with, as stored
+    custom_objects: dict | None = None  # from the Python API, in scope for every (re)build
+
+    def deserialization(self):
+        """The scope every stage that rebuilds or reloads this model runs in."""
+        return self.framework.deserialization(self.safe, self.custom_objects)
 
 
 def detect_format(path: Path) -> str:
@@ -64,6 +71,11 @@ def detect_format(path: Path) -> str:
     if suffix == ".keras":
         return "keras"
     if suffix in (".h5", ".hdf5"):
+        if zipfile.is_zipfile(path):
+            raise MpconvertError(
+                f"{path} is a Keras 3 .keras file (a zip archive), named {suffix}",
+                hint=f"rename it to {path.with_suffix('.keras').name}: Keras reads the format from the name",
+            )
         return "h5"
     raise MpconvertError(
         f"unsupported model file {path.name!r}",
@@ -133,23 +145,25 @@ def _savedmodel_config(path: Path) -> dict:
     return {"root": root, "nodes": nodes}
 
 
-def _walk_class_names(obj: Any) -> Iterator[tuple[str, str]]:
-    """(class_name, name) of every serialized object inside a config."""
+def _walk_objects(obj: Any) -> Iterator[dict]:
+    """Every serialized object (a dict with a class_name) inside a config."""
     if isinstance(obj, dict):
-        class_name = obj.get("class_name")
-        if isinstance(class_name, str):
-            config = obj.get("config")
-            name = config.get("name", "?") if isinstance(config, dict) else obj.get("name", "?")
-            yield class_name, str(name)
+        if isinstance(obj.get("class_name"), str):
+            yield obj
         for value in obj.values():
-            yield from _walk_class_names(value)
+            yield from _walk_objects(value)
     elif isinstance(obj, list):
         for value in obj:
-            yield from _walk_class_names(value)
+            yield from _walk_objects(value)
+
+
+def _object_name(obj: dict) -> str:
+    config = obj.get("config")
+    return str(config.get("name", "?") if isinstance(config, dict) else obj.get("name", "?"))
 
 
 def refuse_code_layers(path: Path, stored_config: dict) -> None:
-    lambdas = sorted({name for cls, name in _walk_class_names(stored_config) if cls == "Lambda"})
+    lambdas = sorted({_object_name(o) for o in _walk_objects(stored_config) if o["class_name"] == "Lambda"})
     if lambdas:
         raise MpconvertError(
             f"{path} contains Lambda layer(s) {', '.join(lambdas)}, whose Python code "
@@ -158,37 +172,82 @@ def refuse_code_layers(path: Path, stored_config: dict) -> None:
         )
 
 
+def _custom_classes(stored_config: dict) -> dict[str, str | None]:
+    """Registered name -> defining module of every custom class a config names.
+
+    Keras 3 writes {"module": "mylayers", "registered_name": "mylayers>Scale"};
+    tf-keras writes the registered name ("package>Scale") as the class_name.
+    """
+    found: dict[str, str | None] = {}
+    for obj in _walk_objects(stored_config):
+        module = obj.get("module")
+        registered = obj.get("registered_name")
+        if isinstance(module, str) and not module.startswith("keras"):
+            found[registered if isinstance(registered, str) else obj["class_name"]] = module
+        elif ">" in obj["class_name"]:
+            found.setdefault(obj["class_name"], None)
+    return found
+
+
+def _refuse_missing_classes(path: Path, stored_config: dict, frameworks: tuple[Framework, ...], known: dict) -> None:
+    """Name a custom class nobody registered, before a framework fails on it obscurely.
+
+    Keras 3 reports it as "Functional could not be deserialized", and tf-keras
+    revives a SavedModel's custom layer as a stand-in that cannot be rebuilt.
+    """
+    for registered, module in _custom_classes(stored_config).items():
+        class_name = registered.rpartition(">")[2]
+        if registered in known or class_name in known:
+            continue
+        if any(framework.module.utils.get_registered_object(registered) is not None for framework in frameworks):
+            continue
+        package = module or registered.partition(">")[0]
+        where = f"module {module!r}" if module else f"package {package!r}"
+        raise MpconvertError(
+            f"{path} uses the custom class {class_name!r} (registered as {registered!r}, from {where}), "
+            "which is not registered in this process",
+            hint=f"pass --import {package} to import the module that defines it (that runs its code); "
+            "from Python, imports=[...] or custom_objects={...}",
+        )
+
+
 def load_model(options: LoadOptions) -> Loaded:
     path = options.path
+    for name in options.imports:
+        import_module(name, f"--import {name}")
     if path is None:
-        return _live(options.source)
+        return _live(options.source, options.custom_objects)
     fmt = detect_format(path)
     stored = read_stored_config(path, fmt)
     if not options.unsafe_deserialization:
         refuse_code_layers(path, stored)
     safe = not options.unsafe_deserialization
-    loss = _saved_loss(stored, fmt)
-    if fmt == "savedmodel":
-        return Loaded(_load_with(TF_KERAS, path, safe), TF_KERAS, fmt, safe, loss)
-    if fmt == "keras":
-        return Loaded(_load_with(KERAS3, path, safe), KERAS3, fmt, safe, loss)
+    custom = _custom_scope(options.custom_objects)
+    frameworks = {"keras": (KERAS3,), "savedmodel": (TF_KERAS,), "h5": (KERAS3, TF_KERAS)}[fmt]
+    _refuse_missing_classes(path, stored, frameworks, custom or {})
+
+    def loaded(framework: Framework) -> Loaded:
+        model = _load_with(framework, path, safe, custom)
+        return Loaded(model, framework, fmt, safe, _saved_loss(stored, fmt), custom)
+
+    if fmt != "h5":
+        return loaded(frameworks[0])
     try:
-        return Loaded(_load_with(KERAS3, path, safe), KERAS3, fmt, safe, loss)
+        return loaded(KERAS3)
     except MpconvertError as keras3_error:
         # Files written by tf.keras 2.x carry config keys Keras 3 rejects
         # (an LSTM's `time_major`, for one); tf-keras reads them natively.
         try:
-            model = _load_with(TF_KERAS, path, safe)
+            return loaded(TF_KERAS)
         except MpconvertError as tf_keras_error:
             raise MpconvertError(
                 f"neither Keras 3 nor tf-keras can load {path}: "
                 f"Keras 3 said: {keras3_error.message}; tf-keras said: {tf_keras_error.message}",
                 hint=keras3_error.hint,
             ) from None
-        return Loaded(model, TF_KERAS, fmt, safe, loss)
 
 
-def _live(model: Any) -> Loaded:
+def _live(model: Any, custom_objects: dict | None) -> Loaded:
     """A model object from the Python API. It is only read: the rewrite
     builds a new model from its config and copies the weights across."""
     framework = framework_of(model)
@@ -200,11 +259,28 @@ def _live(model: Any) -> Loaded:
     loss = getattr(model, "loss", None)
     # Its code, Lambdas included, is already running in this process: the
     # rebuild from its config needs no protection from it.
-    return Loaded(model, framework, "object", False, loss if isinstance(loss, (str, dict)) else None)
+    saved_loss = loss if isinstance(loss, (str, dict)) else None
+    return Loaded(model, framework, "object", False, saved_loss, _custom_scope(custom_objects))
 
 
-def _load_with(framework: Framework, path: Path, safe: bool) -> Any:
-    with framework.preserved_global_policy(), framework.deserialization(safe):
+def _custom_scope(custom_objects: dict | None) -> dict | None:
+    """The user's custom objects, also under their class names.
+
+    A file names a class by its registered name ("pkg>Scale"), but a model
+    rebuilt from a live layer's config names an unregistered class by its
+    Python name, and the rewrite rebuilds from exactly that config.
+    """
+    if not custom_objects:
+        return None
+    scope = dict(custom_objects)
+    for obj in custom_objects.values():
+        scope.setdefault(getattr(obj, "__name__", ""), obj)
+    scope.pop("", None)
+    return scope
+
+
+def _load_with(framework: Framework, path: Path, safe: bool, custom_objects: dict | None) -> Any:
+    with framework.preserved_global_policy(), framework.deserialization(safe, custom_objects):
         try:
             if framework.is_keras3:
                 model = framework.module.models.load_model(path, compile=False, safe_mode=safe)
@@ -221,13 +297,14 @@ def _load_with(framework: Framework, path: Path, safe: bool) -> Any:
 
 
 def _load_error(path: Path, exc: Exception) -> MpconvertError:
-    text = str(exc)
-    if "Could not locate" in text or "Unknown layer" in text or "Unknown object" in text:
+    text = " ".join(str(e) for e in _chain(exc))
+    missing = re.search(r"(?:Could not locate (?:class|function) |Unknown (?:layer|object)[^:]*: )'([^']+)'", text)
+    if missing or "could not be deserialized properly" in text:
+        what = f"the custom class {missing.group(1)!r}" if missing else "a custom class"
         return MpconvertError(
-            f"{path} uses a custom class that is not importable here ({_first_line(exc)})",
-            hint="import the module that defines and registers it "
-            "(@keras.saving.register_keras_serializable) before converting, "
-            "e.g. run mpconvert from Python with that module imported",
+            f"{path} uses {what}, which is not registered in this process ({_first_line(exc)})",
+            hint="pass --import MODULE to import the module that defines and registers it "
+            "(@keras.saving.register_keras_serializable); that runs its code",
         )
     if "lambda" in text.lower() and "safe_mode" in text:
         return MpconvertError(
@@ -238,6 +315,15 @@ def _load_error(path: Path, exc: Exception) -> MpconvertError:
         f"cannot load {path}: {_first_line(exc)}",
         hint="check that the file is a complete Keras model saved with model.save()",
     )
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and its causes: Keras wraps the real one ("Could not locate class")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def _first_line(exc: BaseException) -> str:

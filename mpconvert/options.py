@@ -37,6 +37,10 @@ class LoadOptions:
     # which is read but never modified.
     source: Any
     unsafe_deserialization: bool = False
+    # Modules imported before loading, so that their
+    # register_keras_serializable classes are found (runs their code).
+    imports: tuple[str, ...] = ()
+    custom_objects: Any = None  # Python API: {name: class}, like Keras's own argument
 
     @property
     def path(self) -> Path | None:
@@ -209,6 +213,11 @@ class SaveOptions:
 
 
 def default_out_dir(model_path: Path, policy: str) -> Path:
-    """A sibling of the model named after it and the policy."""
+    """A sibling of the model named after it and the policy.
+
+    For a symlink that is beside the link and after the link's name: the
+    user named the link, and its target may sit in a read-only store.
+    """
+    model_path = Path(model_path)
     stem = model_path.name if model_path.is_dir() else model_path.stem
-    return model_path.resolve().parent / f"{stem}_{policy}"
+    return model_path.absolute().parent / f"{stem}_{policy}"

@@ -25,7 +25,7 @@ from .finetune import StepCallback, finetune
 from .gate import Thresholds
 from .load import Loaded, load_model
 from .options import ConvertOptions, PadOptions, SaveOptions
-from .outdir import check_output, staged_output
+from .outdir import claimed_output, staged_output
 from .pad import PadPlan, pad, plan_model_padding
 from .report import Report
 from .rewrite import Plan, output_activation, plan_conversion, rewrite
@@ -115,7 +115,7 @@ def inspect(options: ConvertOptions) -> Inspection:
     """
     loaded = load_model(options.load)
     framework = loaded.framework
-    with framework.preserved_global_policy(), framework.deserialization(loaded.safe):
+    with framework.preserved_global_policy(), loaded.deserialization():
         if not options.pad.multiple:
             plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), options.rewrite)
             return Inspection(loaded, plan, None)
@@ -140,7 +140,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         thresholds = Thresholds.defaults(precision).overridden(options.gate, measured)
     context = Context(loaded.model, loaded.framework, signature, task, metric, data, precision, loaded.saved_loss)
     framework = loaded.framework
-    with framework.preserved_global_policy(), framework.deserialization(loaded.safe):
+    with framework.preserved_global_policy(), loaded.deserialization():
         with clock.stage("rewrite"):
             smoke = [x[:2] for x in data.validation.inputs]
             rewritten = rewrite(loaded.model, framework, options.rewrite, smoke)
@@ -179,10 +179,14 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
 
 def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:
     """Write and re-check the artifacts; the output folder appears whole or not at all."""
-    out = check_output(options.out, list(converted.inputs), options.force)
+    with claimed_output(options.out, list(converted.inputs), options.force) as out:
+        return _write(converted, out, options, hooks), out
+
+
+def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
     clock = _Clock(hooks, dict(converted.report.timings))
     context = converted.context
-    with context.framework.deserialization(converted.loaded.safe), staged_output(out) as staging:
+    with converted.loaded.deserialization(), staged_output(out) as staging:
         with clock.stage("export"):
             artifacts = export_all(
                 converted.model, context.framework, context.signature, list(context.data.validation.inputs),
@@ -192,10 +196,14 @@ def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> 
             converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings
         )
         report.write(staging)
-    return report, out
+    return report
 
 
 def convert_and_save(options: ConvertOptions, save_options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:
-    """The command line's job: refuse a bad output folder before any work, then convert and save."""
-    check_output(save_options.out, list(read_files(options)), save_options.force)
-    return save(convert(options, hooks), save_options, hooks)
+    """The command line's job: claim the output folder before any work, then convert and write.
+
+    A folder that cannot be written, or that another run holds, fails here,
+    before minutes of loading and fine-tuning.
+    """
+    with claimed_output(save_options.out, list(read_files(options)), save_options.force) as out:
+        return _write(convert(options, hooks), out, save_options, hooks), out

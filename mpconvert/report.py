@@ -20,6 +20,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the input or the conversion failed; nothing written
 EXIT_USAGE = 2
 EXIT_GATE = 3  # converted (or re-checked), but a gate check failed
+EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report 128 + SIGINT; SIGTERM gives 143
 
 REPORT_NAME = "report.json"
 _DISTRIBUTIONS = {

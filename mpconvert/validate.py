@@ -39,6 +39,12 @@ class Validation:
     nonfinite_outputs: int
     note: str | None = None
     agreement_rows: int | None = None  # rows decisive enough to count for agreement
+    # With labels (classifiers), over the same decisive rows: what the gate
+    # judges. None without labels, where agreement is judged instead.
+    harmed: int | None = None  # the float32 model got right, the converted model gets wrong
+    fixed: int | None = None  # the float32 model got wrong, the converted model gets right
+    kept_correct: float | None = None  # share of the kept_correct_rows still right; None when there are none
+    kept_correct_rows: int | None = None  # decisive rows the float32 model got right
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -82,13 +88,25 @@ def class_predictions(task: Task, output: np.ndarray) -> np.ndarray:
     return (output > 0.5).reshape(len(output), -1)
 
 
+def hits(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Which predictions match the labels: one per row (softmax: argmax is
+    the class id), or one per unit (sigmoid: the 0.5 threshold is the 0/1 label)."""
+    predicted = class_predictions(task, output)
+    if task.kind == "softmax":
+        return predicted == labels
+    return predicted == (labels.reshape(predicted.shape) > 0.5)
+
+
+def right_rows(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Rows predicted right: for a sigmoid output, every unit right."""
+    matched = hits(task, output, labels)
+    return matched.reshape(len(matched), -1).all(axis=1)
+
+
 def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray) -> float:
     if metric == "mse":
         return float(np.mean((output.reshape(labels.shape).astype(np.float64) - labels) ** 2))
-    predicted = class_predictions(task, output)
-    if task.kind == "softmax":
-        return float(np.mean(predicted == labels))
-    return float(np.mean(predicted == (labels.reshape(predicted.shape) > 0.5)))
+    return float(np.mean(hits(task, output, labels)))
 
 
 def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
@@ -128,16 +146,24 @@ def compare(
     two best scores are closer than that is a tie at that precision, and
     which one wins is rounding, not a change the conversion made, so such
     rows are left out of the agreement (untrained or uncertain models have
-    many of them).
+    many of them). With labels, the same rows also give the harm counts:
+    which of the rows the float32 model got right the converted model
+    still gets right (`kept_correct`), and how many it `harmed` and `fixed`.
     """
     nonfinite = sum(int(np.count_nonzero(~np.isfinite(o))) for o in converted)
     agreement = agreement_rows = None
+    harm: dict[str, Any] = {}
     if task.kind != "regression":
         same = class_predictions(task, reference[0]) == class_predictions(task, converted[0])
         same = same.reshape(len(same), -1).all(axis=1)
         decisive = decisive_rows(task, reference[0], resolution)
         agreement_rows = int(decisive.sum())
         agreement = float(np.mean(same[decisive])) if agreement_rows else None
+        if split.labels is not None:
+            harm = harm_counts(
+                right_rows(task, reference[0], split.labels)[decisive],
+                right_rows(task, converted[0], split.labels)[decisive],
+            )
     ref_value = conv_value = drop = None
     note = None
     if split.labels is not None:
@@ -163,7 +189,20 @@ def compare(
         nonfinite_outputs=nonfinite,
         note=note,
         agreement_rows=agreement_rows,
+        **harm,
     )
+
+
+def harm_counts(reference_right: np.ndarray, converted_right: np.ndarray) -> dict[str, Any]:
+    """Validation's harm fields from which rows each model got right."""
+    kept_correct_rows = int(reference_right.sum())
+    still_right = int((reference_right & converted_right).sum())
+    return {
+        "harmed": kept_correct_rows - still_right,
+        "fixed": int((~reference_right & converted_right).sum()),
+        "kept_correct": still_right / kept_correct_rows if kept_correct_rows else None,
+        "kept_correct_rows": kept_correct_rows,
+    }
 
 
 def validate(context: "Context", converted_model: Any) -> Validation:

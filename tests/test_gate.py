@@ -152,6 +152,72 @@ def test_agreement_against_its_minimum(min_agreement, passed):
     assert ("<" if not passed else ">=") in check.message
 
 
+HARM_KEYS = ("harmed", "fixed", "kept_correct", "kept_correct_rows")
+
+
+def labelled(**numbers) -> dict:
+    """A report whose validation has the harm counts (labelled data)."""
+    return make_report(validation={"agreement_rows": numbers.get("rows", 500), **numbers})
+
+
+def old_format(report: dict) -> dict:
+    """The same report as written before the harm counts existed."""
+    report = copy.deepcopy(report)
+    for key in HARM_KEYS:
+        report["validation"].pop(key)
+    return report
+
+
+# Fine-tuning fixed 22 of the 37 rows the float32 model got wrong and broke none:
+# accuracy 0.63 -> 0.85, predictions agree on only 70 of 100 rows.
+ONLY_FIXES = dict(reference=0.63, converted=0.85, drop=0.63 - 0.85, agreement=0.70, rows=100,
+                  harmed=0, fixed=22, kept_correct=1.0, kept_correct_rows=63)  # fmt: skip
+# The README's example: 450 rows, the float32 model right on 440, the
+# converted one on 445: 3 harmed, 8 fixed, kept 437 / 440 = 0.99318.
+README_EXAMPLE = dict(reference=440 / 450, converted=445 / 450, drop=-5 / 450, agreement=439 / 450, rows=450,
+                      harmed=3, fixed=8, kept_correct=437 / 440, kept_correct_rows=440)  # fmt: skip
+
+
+def test_with_labels_agreement_counts_harm_not_improvement():
+    report = labelled(**ONLY_FIXES)
+    check = checks_of(report)["agreement"]
+    assert check.passed
+    assert check.message == "kept 100.00% of the 63 rows the float32 model got right (0 harmed, 22 fixed) >= min 95.00%"
+    assert check.values["agreement"] == 0.70 and check.values["rows"] == 63
+    # A report written before the harm counts is judged by agreement, as then.
+    old = checks_of(old_format(report))["agreement"]
+    assert not old.passed and old.message == "predictions agree on 70.00% of 100 rows < min 95.00%"
+    assert old.values == {"agreement": 0.70, "min_agreement": 0.95, "rows": 100}
+
+
+@pytest.mark.parametrize("min_agreement,passed", [(0.95, True), (437 / 440, True), (0.9932, False)])
+def test_the_readme_example_against_the_minimum(min_agreement, passed):
+    check = checks_of(labelled(**README_EXAMPLE), thresholds(min_agreement=min_agreement))["agreement"]
+    assert check.passed is passed
+    assert check.message.startswith("kept 99.32% of the 440 rows the float32 model got right (3 harmed, 8 fixed) ")
+    assert check.values["harmed"] == 3 and check.values["fixed"] == 8
+
+
+def test_harm_counts_of_none_fall_back_to_agreement():
+    # Generated inputs: no labels, so no harm counts; agreement is the rule.
+    report = make_report(validation={"metric": None, "reference": None, "converted": None, "drop": None,
+                                     "data": "generated", "rows": 64, "agreement": 0.96875, "agreement_rows": 64,
+                                     **dict.fromkeys(HARM_KEYS)})  # fmt: skip
+    check = checks_of(report)["agreement"]
+    assert check.passed and check.message == "predictions agree on 96.88% of 64 rows >= min 95.00%"
+    assert not checks_of(report, thresholds(min_agreement=0.97))["agreement"].passed
+
+
+def test_near_ties_and_nothing_right_are_not_judged():
+    tied = checks_of(labelled(agreement=None, agreement_rows=0, harmed=0, fixed=0, kept_correct=None,
+                              kept_correct_rows=0))["agreement"]  # fmt: skip
+    assert tied.passed and tied.message.startswith("not judged: all 500 rows are near-ties")
+    wrong = checks_of(labelled(agreement=0.5, agreement_rows=10, harmed=0, fixed=5, kept_correct=None,
+                               kept_correct_rows=0))["agreement"]  # fmt: skip
+    assert wrong.passed
+    assert wrong.message == "not judged: the float32 model got none of the 10 decisive rows right, so none can be harmed (5 fixed)"
+
+
 @pytest.mark.parametrize(
     "rtol,passed",
     [(0.0015, True), (0.0014, False), (0.01, True)],
@@ -452,6 +518,31 @@ def test_check_of_a_bad_report_exits_1_with_one_message(tmp_path, content, needl
     assert result.exit_code == 1
     assert result.stderr.count("error: ") == 1 and needle in result.stderr, result.stderr
     assert result.stdout == "" and not junit.exists()
+
+
+def test_check_judges_old_reports_by_agreement_and_new_ones_by_harm(tmp_path):
+    new = write(tmp_path / "new" / "report.json", stored(labelled(**ONLY_FIXES), thresholds(max_drop=0.01)))
+    old = write(tmp_path / "old" / "report.json", old_format(json.loads(new.read_text())))
+    result = invoke("check", new)
+    assert result.exit_code == 0, result.output
+    assert "predictions agree on 70.0% (0 harmed, 22 fixed: kept 100.0% of the 63 rows the float32 model got right)" in result.output
+    assert "pass agreement: kept 100.00% of the 63 rows the float32 model got right (0 harmed, 22 fixed)" in result.output
+    result = invoke("check", old)
+    assert result.exit_code == 3
+    assert "FAIL agreement: predictions agree on 70.00% of 100 rows < min 95.00%" in result.output
+    assert "harmed" not in result.output
+    # --min-agreement is the threshold of whichever rule applies.
+    assert invoke("check", new, "--min-agreement", "1").exit_code == 0
+    assert invoke("check", old, "--min-agreement", "0.7").exit_code == 0
+
+
+def test_markdown_mentions_harmed_and_fixed_with_labels():
+    text = markdown(stored(labelled(**README_EXAMPLE), thresholds(max_drop=0.02)))
+    assert (
+        "Predictions agree on 97.56% (3 harmed, 8 fixed: kept 99.32% of the 440 rows the float32 model got right, "
+        "min 95.00%)."
+    ) in text
+    assert "| agreement | ✅ pass | kept 99.32% of the 440 rows the float32 model got right (3 harmed, 8 fixed) >= min 95.00% |" in text
 
 
 def test_check_of_a_baseline_with_another_metric_exits_1(report_file, tmp_path):

@@ -40,6 +40,18 @@ class OnnxRun:
     # 16-bit kernels) and ran a copy with these op types computed in float32.
     promoted_ops: list[str] = field(default_factory=list)
 
+    @property
+    def native(self) -> bool:
+        """Whether the runtime ran the file as written (not an emulated copy)."""
+        return not self.promoted_ops and self.runtime != RUNTIME_REFERENCE
+
+    @property
+    def checked_with(self) -> str:
+        """What really ran the file, in words for a report."""
+        if self.promoted_ops:
+            return f"{self.runtime} on an emulated copy"
+        return self.runtime
+
 
 @functools.cache
 def cuda_usable() -> bool:
