@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench samples clean
+.PHONY: demo test test-full bench samples clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Also the slow end-to-end cases (every keras.applications model under both policies).
+test-full: $(STAMP)
+	$(BIN)/python -m pytest -q --full
 
 bench: $(STAMP)
 	@for script in bench/*.py; do [ -e "$$script" ] || continue; $(BIN)/python "$$script" || exit 1; done
