@@ -210,6 +210,9 @@ class SaveOptions:
     out: Path
     export: ExportOptions = ExportOptions()
     force: bool = False
+    # (file name, JSON value) written into the output folder with the report,
+    # so they appear with it, whole or not at all (a batch's result key).
+    attachments: tuple[tuple[str, Any], ...] = ()
 
 
 def default_out_dir(model_path: Path, policy: str) -> Path:

@@ -167,6 +167,26 @@ def remove_stale_staging(out: Path) -> list[Path]:
     return removed
 
 
+def clear_dead_run(out: Path) -> None:
+    """After a run into `out` was killed (a batch's timeout): its staging folder and lock file go.
+
+    The lock file is only removed when no live process holds it.
+    """
+    out = Path(out).absolute()
+    remove_stale_staging(out)
+    path = out.parent / f".{out.name}{_LOCK_SUFFIX}"
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return
+    _unlock(out, fd)
+
+
 @contextlib.contextmanager
 def claimed_output(out: Path, inputs: list[Path], force: bool) -> Iterator[Path]:
     """Reserve `out` for this run (see the module doc); yields its resolved path."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -162,6 +163,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         source={
             "path": str(options.load.path) if options.load.path else None,
             "name": loaded.model.name,
+            "parameters": int(loaded.model.count_params()),
             "format": loaded.format,
             "loader": framework.name,
             "inputs": [vars(s) for s in signature.inputs],
@@ -196,6 +198,8 @@ def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) 
             converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings
         )
         report.write(staging)
+        for name, value in options.attachments:
+            (staging / name).write_text(json.dumps(value, indent=2, allow_nan=False) + "\n")
     return report
 
 

@@ -127,7 +127,7 @@ def test_python_m_mpconvert_is_the_command(tmp_path):
     for option in ("--policy", "--data", "--out", "--max-drop", "--opset"):
         assert option in proc.stdout
     commands = proc.stdout.split("Other commands (", 1)[1].splitlines()[1:]
-    assert [line.split()[0] for line in commands if line.startswith("  ") and not line.startswith("   ")] == ["inspect", "check"]
+    assert [line.split()[0] for line in commands if line.startswith("  ") and not line.startswith("   ")] == ["inspect", "check", "batch", "batch-merge"]
 
 
 def trained_mlp(K, rows=300, seed=0):

@@ -1,0 +1,162 @@
+"""batch.json: one entry per model and policy, totals, the verdict, and merging shards.
+
+Pure functions over JSON, no TensorFlow: `batch-merge` and the summaries run
+anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import MpconvertError
+from ..report import EXIT_FAILED, EXIT_GATE, EXIT_OK
+from ..validate import worse_by
+
+BATCH_NAME = "batch.json"
+STATUSES = ("passed", "gate_failed", "error", "timed_out")
+
+
+def _base(job: Any, key: str, status: str, message: str, seconds: float) -> dict:
+    return {
+        "name": job.name, "path": job.given_path, "policy": job.policy, "status": status, "message": message,
+        "folder": job.folder, "key": key, "reused": False, "seconds": round(seconds, 3),
+        "metric": None, "before": None, "after": None, "drop": None, "kept_float32_share": None,
+        "onnx_bytes": None, "onnx_vs_float32": None, "step_time_ratio": None, "failed_checks": [],
+    }  # fmt: skip
+
+
+def entry(job: Any, key: str, report: dict, status: str, message: str, seconds: float) -> dict:
+    """A converted job's entry, its numbers taken from its report.json."""
+    item = _base(job, key, status, message, seconds)
+    v = report["validation"]
+    layers = [layer for layer in report["layers"] if layer["policy"] and layer["pinned"] != "input layer"]
+    kept = sum(1 for layer in layers if layer["pinned"])
+    onnx = next((a for a in report["artifacts"] if a["kind"] == "onnx"), None)
+    parameters = report["source"].get("parameters")
+    item.update(
+        metric=v["metric"], before=v["reference"], after=v["converted"], drop=v["drop"],
+        kept_float32_share=round(kept / len(layers), 4) if layers else None,
+        # float32 weights take 4 bytes a parameter: the size the file would have in float32.
+        onnx_bytes=onnx["bytes"] if onnx else None,
+        onnx_vs_float32=round(onnx["bytes"] / (4 * parameters), 4) if onnx and parameters else None,
+        step_time_ratio=(report.get("finetune") or {}).get("step_time_ratio"),
+        failed_checks=[c["name"] for c in report["gate"]["checks"] if not c["passed"]],
+    )  # fmt: skip
+    return item
+
+
+def reused_entry(job: Any, key: str, report: dict) -> dict:
+    """A result found complete under the same key (--resume): not converted again."""
+    status = "passed" if report["passed"] else "gate_failed"
+    item = entry(job, key, report, status, "", 0.0)
+    item.update(reused=True, message="" if report["passed"] else "failed: " + ", ".join(item["failed_checks"]))
+    return item
+
+
+def failed_entry(job: Any, key: str, status: str, message: str, seconds: float) -> dict:
+    return _base(job, key, status, message, seconds)
+
+
+def _apply_baseline(items: list[dict], baseline: dict, max_regression: float) -> None:
+    """The single-model baseline rule, per model: no worse than its previous result."""
+    previous = {(m["name"], m["policy"]): m for m in baseline["models"]}
+    for item in items:
+        old = previous.get((item["name"], item["policy"]))
+        if not old or old.get("after") is None or item["after"] is None or old["metric"] != item["metric"]:
+            continue
+        regression = worse_by(item["metric"], old["after"], item["after"])
+        item["baseline"] = {"after": old["after"], "regression": round(regression, 6)}
+        if regression > max_regression + 1e-9 and item["status"] == "passed":
+            item["status"] = "gate_failed"
+            item["failed_checks"] = [*item["failed_checks"], "baseline regression"]
+            item["message"] = (
+                f"baseline regression: {item['metric']} {item['after']:.4f} vs {old['after']:.4f} before "
+                f"(worse by {regression:.4f} > max {max_regression:.4f})"
+            )
+
+
+def totals(items: list[dict], elapsed: float) -> dict:
+    counts = {status: sum(1 for m in items if m["status"] == status) for status in STATUSES}
+    converted = sum(1 for m in items if not m["reused"] and m["status"] in ("passed", "gate_failed"))
+    return {
+        **counts,
+        "models": len(items),
+        "reused": sum(1 for m in items if m["reused"]),
+        "elapsed_seconds": round(elapsed, 3),
+        "models_per_minute": round(converted / (elapsed / 60), 3) if elapsed > 0 and converted else None,
+    }
+
+
+def exit_code(items: list[dict]) -> int:
+    statuses = {m["status"] for m in items}
+    if statuses & {"error", "timed_out"}:
+        return EXIT_FAILED
+    return EXIT_GATE if "gate_failed" in statuses else EXIT_OK
+
+
+def finish(root: Path, items: list[dict], elapsed: float, options: Any, workers: int, baseline: dict | None) -> dict:
+    # In folder order, the same whatever the order of finishing or the sharding.
+    items = sorted(items, key=lambda m: m["folder"])
+    if baseline:
+        _apply_baseline(items, baseline, options.max_regression)
+    return {
+        "root": str(root),
+        "shard": list(options.shard) if options.shard else None,
+        "jobs": workers,
+        "models": items,
+        "totals": totals(items, elapsed),
+        "exit_code": exit_code(items),
+        "passed": exit_code(items) == EXIT_OK,
+    }
+
+
+def write_batch(path: Path, summary: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_batch(path: Path) -> dict:
+    path = Path(path)
+    if path.is_dir():
+        path = path / BATCH_NAME
+    try:
+        summary = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise MpconvertError(f"{path} not found", hint="give a batch output root or its batch.json") from None
+    except (OSError, ValueError) as exc:
+        raise MpconvertError(f"cannot read {path} ({exc})", hint="give the batch.json an mpconvert batch wrote") from None
+    if not isinstance(summary, dict) or not isinstance(summary.get("models"), list):
+        raise MpconvertError(f"{path} is not an mpconvert batch.json", hint="give the batch.json an mpconvert batch wrote")
+    return summary
+
+
+def merge(summaries: list[dict]) -> dict:
+    """One summary from the shards' batch.json files, as if one run had done it all."""
+    items: dict[str, dict] = {}
+    for summary in summaries:
+        for item in summary["models"]:
+            item = {**item, "root": item.get("root", summary["root"])}
+            known = items.get(item["folder"])
+            if known and known["key"] != item["key"]:
+                raise MpconvertError(
+                    f"{item['folder']} appears in two shards with different inputs",
+                    hint="merge the shards of one batch run (the same manifest and options)",
+                )
+            items[item["folder"]] = item
+    merged = sorted(items.values(), key=lambda m: m["folder"])
+    # Shards run side by side: the batch took as long as the slowest shard.
+    elapsed = max((s["totals"]["elapsed_seconds"] for s in summaries), default=0.0)
+    return {
+        "root": None,
+        "shard": None,
+        "shards": [s["root"] for s in summaries],
+        "jobs": sum(s["jobs"] for s in summaries),
+        "models": merged,
+        "totals": totals(merged, elapsed),
+        "exit_code": exit_code(merged),
+        "passed": exit_code(merged) == EXIT_OK,
+    }

@@ -1,0 +1,268 @@
+"""Run a batch: each job in its own worker process, N at a time, resumable, shardable.
+
+Results go under one root, one folder per model and policy (what the
+single-model command writes, plus `batch_result.json` holding the key), and
+`ROOT/batch.json` lists every job's outcome. `batch.json` is rewritten after
+each job, so a killed batch leaves the record of what it finished; `--resume`
+trusts only the result folders and their keys, so nothing partial is reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import MpconvertError
+from ..outdir import clear_dead_run
+from .key import job_key
+from .manifest import Job
+from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry, write_batch
+from .worker import RESULT_NAME
+
+_WORK = ".mpconvert-batch"  # specs, results and logs of running workers, under the root
+_POLL = 0.2
+# What one worker needs at most for the models this tool is meant for
+# (TensorFlow's runtime, a model and its 16-bit copy, tf2onnx's graph copies):
+# the measured peak for ResNet50 with ONNX export was about 3 GiB.
+_MEMORY_PER_JOB = 3 << 30
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    root: Path
+    jobs: int | None = None  # None: default_jobs()
+    timeout: float | None = None  # seconds per job
+    resume: bool = False
+    force: bool = False
+    shard: tuple[int, int] | None = None  # (I, N), I from 1
+    baseline: Path | None = None  # an earlier batch.json
+    max_regression: float = 0.0
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def default_jobs() -> int:
+    """As many workers as there are cores, and no more than memory allows."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    memory = _available_memory()
+    by_memory = max(1, memory // _MEMORY_PER_JOB) if memory else cores
+    return max(1, min(cores, by_memory))
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    index, sep, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = 0
+    if not sep or n < 1 or not 1 <= i <= n:
+        raise MpconvertError(f"--shard {text!r} is not I/N with 1 <= I <= N", hint="e.g. --shard 1/4 ... --shard 4/4")
+    return i, n
+
+
+def shard_of(jobs: list[Job], index: int, count: int) -> list[Job]:
+    """Shard `index` of `count`: largest models first, each to the lightest shard.
+
+    Deterministic for a given manifest, so N machines running shards 1..N
+    split the work without talking to each other.
+    """
+    sizes = [job.size() for job in jobs]
+    loads = [0] * count
+    mine = []
+    for i in sorted(range(len(jobs)), key=lambda i: (-sizes[i], jobs[i].folder)):
+        lightest = loads.index(min(loads))
+        loads[lightest] += sizes[i] or 1
+        if lightest == index - 1:
+            mine.append(i)
+    return [jobs[i] for i in sorted(mine)]
+
+
+def _complete(root: Path, job: Job, key: str) -> dict | None:
+    """The stored report of a finished result with this key, else None."""
+    folder = root / job.folder
+    try:
+        stamp = json.loads((folder / RESULT_NAME).read_text())
+        report = json.loads((folder / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return report if stamp.get("key") == key else None
+
+
+def _refuse_existing(root: Path, jobs: list[Job]) -> None:
+    taken = [job.folder for job in jobs if (root / job.folder).is_dir() and any((root / job.folder).iterdir())]
+    if taken:
+        raise MpconvertError(
+            f"{root} already holds results for {', '.join(taken[:5])}" + (" and more" if len(taken) > 5 else ""),
+            hint="pass --resume to keep results whose inputs are unchanged, --force to convert again, "
+            "or choose another --out",
+        )
+
+
+@dataclass
+class _Running:
+    job: Job
+    key: str
+    process: subprocess.Popen
+    result: Path
+    log: Path
+    started: float
+
+
+class _Runner:
+    def __init__(self, root: Path, options: BatchOptions, on_event: Callable[[str, Job, dict | None], None]):
+        self.root = root
+        self.options = options
+        self.on_event = on_event
+        self.work = root / _WORK
+        self.entries: list[dict] = []
+        self.running: list[_Running] = []
+
+    def start(self, job: Job, key: str) -> None:
+        spec = {
+            "model": str(job.model), "given_path": job.given_path, "policy": job.policy, "keywords": job.keywords,
+            "export": list(job.export), "opset": job.opset, "out": str(self.root / job.folder), "key": key,
+            "parent": os.getpid(),
+        }  # fmt: skip
+        # Not with_suffix: a model name may hold dots ("resnet.v2").
+        stem = str(self.work / job.folder.replace("/", "__"))
+        spec["result"] = stem + ".result.json"
+        Path(stem + ".spec.json").write_text(json.dumps(spec, default=str))
+        log = Path(stem + ".log")
+        with log.open("w") as handle:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "mpconvert.batch.worker", stem + ".spec.json"],
+                stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True,
+            )  # fmt: skip
+        self.running.append(_Running(job, key, process, Path(spec["result"]), log, time.monotonic()))
+        self.on_event("started", job, None)
+
+    def poll(self) -> None:
+        for run in list(self.running):
+            elapsed = time.monotonic() - run.started
+            code = run.process.poll()
+            if code is None and self.options.timeout and elapsed > self.options.timeout:
+                self._kill(run)
+                self._done(run, failed_entry(run.job, run.key, "timed_out",
+                                             f"no result after {self.options.timeout:g} s (--timeout)", elapsed))  # fmt: skip
+            elif code is not None:
+                self._done(run, self._outcome(run, code, elapsed))
+
+    def _outcome(self, run: _Running, code: int, elapsed: float) -> dict:
+        try:
+            result = json.loads(run.result.read_text())
+        except (OSError, ValueError):
+            result = None
+        if result is None:
+            clear_dead_run(self.root / run.job.folder)
+            return failed_entry(run.job, run.key, "error", _crash_message(code, run.log), elapsed)
+        if result["status"] == "error":
+            return failed_entry(run.job, run.key, "error", result["message"], result["seconds"])
+        report = json.loads((self.root / run.job.folder / "report.json").read_text())
+        return entry(run.job, run.key, report, result["status"], result["message"], result["seconds"])
+
+    def _kill(self, run: _Running, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.killpg(run.process.pid, sig)
+        except ProcessLookupError:
+            pass
+        run.process.wait()
+        clear_dead_run(self.root / run.job.folder)
+
+    def _done(self, run: _Running, item: dict) -> None:
+        self.running.remove(run)
+        self.entries.append(item)
+        self.on_event("finished", run.job, item)
+
+    def stop_all(self) -> None:
+        """Stop the workers: SIGTERM so they clean up, then SIGKILL for the slow."""
+        for run in self.running:
+            try:
+                os.killpg(run.process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        for run in list(self.running):
+            try:
+                run.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._kill(run)
+            clear_dead_run(self.root / run.job.folder)
+
+
+def _crash_message(code: int, log: Path) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name
+        message = f"the worker process died from {name}"
+        if -code == signal.SIGKILL:
+            message += " (killed from outside, or by the kernel when memory ran out)"
+    else:
+        message = f"the worker process exited with code {code} without a result"
+    try:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    return message + (f": {lines[-1][:200]}" if lines else "")
+
+
+def run_batch(jobs: list[Job], options: BatchOptions, on_event: Callable[[str, Job, dict | None], None] = lambda *a: None) -> dict:
+    """Convert every job (this shard's), each in its own process; returns batch.json's content."""
+    root = Path(options.root).absolute()
+    if options.shard:
+        jobs = shard_of(jobs, *options.shard)
+    baseline = read_batch(options.baseline) if options.baseline else None
+    if not options.resume and not options.force:
+        _refuse_existing(root, jobs)
+    root.mkdir(parents=True, exist_ok=True)
+    runner = _Runner(root, options, on_event)
+    shutil.rmtree(runner.work, ignore_errors=True)
+    runner.work.mkdir()
+    started = time.monotonic()
+    pending: list[tuple[Job, str]] = []
+    for job in jobs:
+        key = job_key(job)
+        stored = _complete(root, job, key) if options.resume else None
+        if stored is not None:
+            item = reused_entry(job, key, stored)
+            runner.entries.append(item)
+            on_event("reused", job, item)
+        else:
+            pending.append((job, key))
+    workers = options.jobs or default_jobs()
+
+    def record() -> dict:
+        summary = finish(root, runner.entries, time.monotonic() - started, options, workers, baseline)
+        write_batch(root / BATCH_NAME, summary)
+        return summary
+
+    try:
+        while pending or runner.running:
+            while pending and len(runner.running) < workers:
+                runner.start(*pending.pop(0))
+            before = len(runner.entries)
+            runner.poll()
+            if len(runner.entries) != before:
+                record()
+            time.sleep(_POLL)
+    except BaseException:
+        runner.stop_all()
+        record()
+        raise
+    finally:
+        shutil.rmtree(runner.work, ignore_errors=True)
+    return record()

@@ -1,0 +1,102 @@
+"""One batch job in its own process: `python -m mpconvert.batch.worker SPEC.json`.
+
+Each model converts in a process of its own, so TensorFlow's global state,
+memory and crashes stay contained: a model that crashes the interpreter or
+exhausts memory is that model's error, not the batch's. The worker runs the
+same conversion as the CLI and the Python API (`pipeline.convert_and_save`)
+and leaves its verdict in a small JSON file for the batch to read; a worker
+that leaves none has crashed.
+
+A worker must not outlive its batch: if the batch is killed (SIGKILL gives
+it no chance to clean up), the kernel kills the worker too (Linux
+PR_SET_PDEATHSIG), and elsewhere a watchdog thread notices the new parent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from ..errors import MpconvertError
+
+RESULT_NAME = "batch_result.json"  # in each result folder: its key, written with it
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the watchdog below still works
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(0.5)
+
+    if os.getppid() != parent:  # the batch died before the prctl took effect
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _write_json(path: Path, value: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2, allow_nan=False))
+    os.replace(tmp, path)
+
+
+def run(spec: dict) -> dict:
+    """Convert one job; returns {status, message, exit_code}."""
+    from ..api import conversion_options
+    from ..options import ExportOptions, SaveOptions
+    from ..pipeline import convert_and_save
+
+    options = conversion_options(spec["model"], spec["policy"], **spec["keywords"])
+    stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}
+    save = SaveOptions(
+        Path(spec["out"]), ExportOptions(tuple(spec["export"]), spec["opset"]), force=True,
+        attachments=((RESULT_NAME, stamp),),
+    )  # fmt: skip
+    report, _ = convert_and_save(options, save)
+    status = "passed" if report.passed else "gate_failed"
+    failed = [c.name for c in report.gate.failed]
+    return {"status": status, "message": "" if report.passed else "failed: " + ", ".join(failed)}
+
+
+def main(argv: list[str]) -> int:
+    spec_path = Path(argv[0])
+    spec = json.loads(spec_path.read_text())
+    _die_with_parent(spec["parent"])
+    from ..cli_flags import silence_frameworks, unwind_on_sigterm
+
+    silence_frameworks()
+    unwind_on_sigterm()  # a stopped batch stops its workers; they clean up like Ctrl-C
+    started = time.perf_counter()
+    try:
+        result = run(spec)
+    except KeyboardInterrupt:
+        return 130
+    except MpconvertError as exc:
+        result = {"status": "error", "message": exc.message + (f" (fix: {exc.hint})" if exc.hint else "")}
+    except MemoryError:
+        result = {"status": "error", "message": "ran out of memory"}
+    except Exception as exc:  # the model's failure, reported as the model's error
+        last = traceback.extract_tb(exc.__traceback__)[-1:]
+        where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
+        result = {"status": "error", "message": f"unexpected {type(exc).__name__}: {exc}{where}"[:500]}
+    result["seconds"] = round(time.perf_counter() - started, 3)
+    _write_json(Path(spec["result"]), result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
