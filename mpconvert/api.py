@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .options import (
+    DEFAULT_SEARCH_BUDGET,
+    AutoKeepOptions,
     DEFAULT_BATCH_SIZE,
     DEFAULT_LEARNING_RATE,
     DEFAULT_MAX_PAD_OVERHEAD,
@@ -53,6 +55,7 @@ def gate_options(
     rtol: Tolerance = None,
     baseline: str | Path | None = None,
     max_regression: float | None = None,
+    min_speedup: float | None = None,
 ) -> GateOptions:
     return GateOptions(
         max_drop=max_drop,
@@ -61,6 +64,7 @@ def gate_options(
         rtol=_per_kind(rtol),
         max_regression=max_regression,
         baseline=Path(baseline) if baseline is not None else None,
+        min_speedup=min_speedup,
     )
 
 
@@ -87,6 +91,10 @@ def conversion_options(
     unsafe_deserialization: bool = False,
     imports: tuple[str, ...] | list[str] = (),
     custom_objects: Mapping[str, Any] | None = None,
+    auto_keep: str = "search",
+    search_budget: float = DEFAULT_SEARCH_BUDGET,
+    min_speedup: float | None = None,
+    speed: bool = True,
 ) -> ConvertOptions:
     """The one options object of a conversion, from the keywords the CLI and `convert` share."""
     return ConvertOptions(
@@ -97,8 +105,10 @@ def conversion_options(
         pad=PadOptions(pad_multiple, max_pad_overhead),
         gate=gate_options(
             max_drop=max_drop, min_agreement=min_agreement, atol=atol, rtol=rtol,
-            baseline=baseline, max_regression=max_regression,
+            baseline=baseline, max_regression=max_regression, min_speedup=min_speedup,
         ),  # fmt: skip
+        auto_keep=AutoKeepOptions(auto_keep, search_budget),
+        speed=speed,
     )
 
 
@@ -140,12 +150,16 @@ class Conversion:
         *,
         force: bool = False,
         opset: int = DEFAULT_OPSET,
+        bench_onnx: bool = False,
         on_stage: Callable[[str], None] | None = None,
     ) -> dict:
-        """Write and re-check the artifacts into `out` (staged: whole or nothing); returns the final report."""
+        """Write and re-check the artifacts into `out` (staged: whole or nothing); returns the final report.
+
+        With bench_onnx, the ONNX file is also timed against a float32 export (one more export).
+        """
         from .pipeline import save
 
-        options = SaveOptions(Path(out), ExportOptions(tuple(export), opset), force)
+        options = SaveOptions(Path(out), ExportOptions(tuple(export), opset, bench_onnx=bench_onnx), force)
         self._report, _ = save(self._converted, options, _hooks(on_stage, None))
         return self.report
 
@@ -190,8 +204,9 @@ class Inspection:
 
     source: dict  # path, name, format, loader
     policy: str
-    layers: tuple  # LayerDecision per layer
+    layers: tuple  # LayerDecision per layer, the lint's keeps included
     padding: Any  # a PadPlan, or None with pad_multiple=0
+    lint: Any = None  # a lint.Lint: findings with their numbers (None with auto_keep="off")
 
 
 def inspect(
@@ -204,12 +219,15 @@ def inspect(
     unsafe_deserialization: bool = False,
     imports: tuple[str, ...] | list[str] = (),
     custom_objects: Mapping[str, Any] | None = None,
+    data: Any = None,
+    auto_keep: str = "search",
 ) -> Inspection:
     from .pipeline import inspect as plan
 
     options = conversion_options(
         model, policy, keep_float32=keep_float32, pad_multiple=pad_multiple, max_pad_overhead=max_pad_overhead,
-        unsafe_deserialization=unsafe_deserialization, imports=imports, custom_objects=custom_objects,
+        unsafe_deserialization=unsafe_deserialization, imports=imports, custom_objects=custom_objects, data=data,
+        auto_keep=auto_keep,
     )  # fmt: skip
     found = plan(options)
     source = {
@@ -218,7 +236,7 @@ def inspect(
         "format": found.loaded.format,
         "loader": found.loaded.framework.name,
     }
-    return Inspection(source, policy, found.plan.decisions, found.padding)
+    return Inspection(source, policy, found.plan.decisions, found.padding, found.lint)
 
 
 def check(report: dict | str | Path, **thresholds: Any) -> dict:

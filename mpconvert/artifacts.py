@@ -3,16 +3,23 @@
 An artifact is only reported once it has been read back and its outputs
 compared with the converted Keras model on real inputs: a file that was
 written but does not load is a failure, not a success.
+
+One artifact failing (an MpconvertError: tf2onnx cannot convert an op, the
+graph is invalid) does not throw the others away: it is reported as failed
+with the reason, and the gate's parity check for it fails (exit code 3).
+Any other exception is mpconvert's bug and propagates.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from .errors import MpconvertError
 from .frameworks import Framework
 from .options import ExportOptions
 from .signature import Signature
@@ -22,15 +29,17 @@ from .validate import max_abs_diff, predict
 @dataclass(frozen=True)
 class Artifact:
     kind: str  # "savedmodel", "keras" or "onnx"
-    path: str  # relative to the output folder
+    path: str | None  # relative to the output folder; None when it failed
     bytes: int
     max_abs_diff: float | None
     # Largest |output| of the converted Keras model on the same rows: the
     # scale the gate's relative tolerance applies to, stored so that parity
     # can be re-checked from report.json alone.
     max_abs_ref: float
-    runtime: str  # what re-ran it
+    runtime: str | None  # what re-ran it
     details: dict
+    failed: bool = False  # writing or re-checking it raised an MpconvertError
+    reason: str | None = None  # why it failed, with the fix
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -110,19 +119,42 @@ def export_all(
     """Write and re-check every requested artifact under `out` (a private temp folder)."""
     rows = [x[: options.parity_samples] for x in inputs]
     expected = predict(model, rows)
-    artifacts: list[Artifact] = []
+    writers = []  # (kind, path, write and re-check it)
     if "savedmodel" in options.kinds:
-        path = out / "savedmodel"
-        write_savedmodel(model, framework, signature, path)
-        got, details = run_savedmodel(path, signature, rows)
-        if not framework.is_keras3:
-            _check_tf_keras_policies_survive(framework, path, model)
-        artifacts.append(_artifact("savedmodel", path, expected, got, "tensorflow", details))
+        writers.append(("savedmodel", out / "savedmodel",
+                        lambda path: _savedmodel(model, framework, signature, path, rows, expected)))  # fmt: skip
         if framework.is_keras3:
-            artifacts.append(_keras_file(model, framework, out / "model.keras", rows, expected))
+            writers.append(("keras", out / "model.keras",
+                            lambda path: _keras_file(model, framework, path, rows, expected)))  # fmt: skip
     if "onnx" in options.kinds:
-        artifacts.append(_onnx(model, signature, out / "model.onnx", rows, expected, options.opset))
-    return artifacts
+        writers.append(("onnx", out / "model.onnx",
+                        lambda path: _onnx(model, signature, path, rows, expected, options.opset)))  # fmt: skip
+    return [_guarded(kind, path, expected, write) for kind, path, write in writers]
+
+
+def _guarded(kind: str, path: Path, expected: list, write: Callable[[Path], Artifact]) -> Artifact:
+    """`write(path)`, or a failed Artifact with the reason when it raises an MpconvertError.
+
+    A half-written file is removed: nothing in the output folder may look
+    like an artifact that was not checked.
+    """
+    try:
+        return write(path)
+    except MpconvertError as exc:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        reason = str(exc).replace("\n  fix:", "; fix:")
+        return Artifact(kind, None, 0, None, _max_abs(expected), None, {"error": reason}, failed=True, reason=reason)
+
+
+def _savedmodel(model: Any, framework: Framework, signature: Signature, path: Path, rows, expected) -> Artifact:
+    write_savedmodel(model, framework, signature, path)
+    got, details = run_savedmodel(path, signature, rows)
+    if not framework.is_keras3:
+        _check_tf_keras_policies_survive(framework, path, model)
+    return _artifact("savedmodel", path, expected, got, "tensorflow", details)
 
 
 def _keras_file(model: Any, framework: Framework, path: Path, rows: list[np.ndarray], expected) -> Artifact:

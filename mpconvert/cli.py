@@ -68,7 +68,8 @@ def cli() -> None:
 def split_export(conversion: dict) -> tuple[dict, ExportOptions]:
     """The conversion's keywords, and the export's options given beside them."""
     keywords = dict(conversion)
-    export = {field: keywords.pop(key) for key, field in (("export", "kinds"), ("opset", "opset")) if key in keywords}
+    fields = (("export", "kinds"), ("opset", "opset"), ("bench_onnx", "bench_onnx"))
+    export = {field: keywords.pop(key) for key, field in fields if key in keywords}
     return keywords, ExportOptions(**export)
 
 
@@ -107,13 +108,17 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
 @model_argument
 @click.option("--policy", type=click.Choice(POLICIES), default=POLICIES[0], show_default=True)
 @keep_option
+@click.option("--data", help="Calibration data for the numeric lint (as for the main command) [default: generated inputs].")
+@click.option("--auto-keep", type=click.Choice(("off", "lint", "search")), default="search", show_default=True,
+              help="off: skip the numeric lint.")  # fmt: skip
 @pad_multiple_option
 @max_pad_overhead_option
 @import_option
 @unsafe_option
 @debug_option
-def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead, imports, unsafe_deserialization, debug):
-    """Print the per-layer plan for MODEL without converting it: policies and padding."""
+def inspect_command(model, policy, keep_float32, data, auto_keep, pad_multiple, max_pad_overhead, imports,
+                    unsafe_deserialization, debug):  # fmt: skip
+    """Print the per-layer plan for MODEL without converting it: policies, numeric lint and padding."""
 
     def action() -> int:
         from .api import inspect
@@ -122,6 +127,7 @@ def inspect_command(model, policy, keep_float32, pad_multiple, max_pad_overhead,
         found = inspect(
             model, policy, keep_float32=keep_float32, pad_multiple=pad_multiple,
             max_pad_overhead=max_pad_overhead, unsafe_deserialization=unsafe_deserialization, imports=imports,
+            data=data, auto_keep=auto_keep,
         )  # fmt: skip
         render_inspection(found)
         return 0
@@ -158,6 +164,8 @@ def check_command(report_file, junit, summary, as_json, quiet, debug, **threshol
 
 from .batch.commands import batch_command, batch_merge_command  # noqa: E402  (they use the helpers above)
 
+from .doctor import doctor_command  # noqa: E402
+cli.add_command(doctor_command)
 cli.add_command(batch_command)
 cli.add_command(batch_merge_command)
 

@@ -24,6 +24,8 @@ import click
 
 from .errors import MpconvertError
 from .options import (
+    AUTO_KEEP_MODES,
+    DEFAULT_SEARCH_BUDGET,
     ARTIFACT_KINDS,
     DEFAULT_BATCH_SIZE,
     DEFAULT_FINETUNE_STEPS,
@@ -47,11 +49,12 @@ Exit codes:
      stderr); nothing is written
   {EXIT_USAGE}  usage error (bad option or value)
   {EXIT_GATE}  converted (or re-checked), but a gate check failed: accuracy
-     drop, agreement, artifact parity, fine-tune health, padding proof or
-     baseline regression (report.json, --junit and --summary are still
-     written and name the failing checks)
+     drop, agreement, artifact parity (or an artifact that failed to
+     export), fine-tune health, baseline regression or speed (report.json,
+     --junit and --summary are still written and name the failing checks)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C; 143 for SIGTERM); nothing is written
 """
+
 
 def parse_exports(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in value.split(",") if k.strip())
@@ -193,11 +196,29 @@ _CONVERSION_FLAGS = [
     max_pad_overhead_option,
     import_option,
     unsafe_option,
+    click.option(
+        "--auto-keep", type=click.Choice(AUTO_KEEP_MODES), default="search", show_default=True,
+        help="Keep float32 where 16 bits break: lint (what the numeric lint flags), search (also search for the "
+        "layers that fix a failing accuracy or agreement check), off (the gate fails and says so).",
+    ),  # fmt: skip
+    click.option(
+        "--search-budget", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_SEARCH_BUDGET,
+        show_default=True, metavar="SECONDS", help="Longest the accuracy-driven search may take.",
+    ),  # fmt: skip
+    click.option(
+        "--speed/--no-speed", default=True, show_default=True,
+        help="Time the converted model against float32 on this machine (a few seconds; report.json speed).",
+    ),  # fmt: skip
+    click.option(
+        "--bench-onnx", is_flag=True,
+        help="Also time the ONNX file against a float32 ONNX export in ONNX Runtime (costs one more export).",
+    ),  # fmt: skip
 ]
 _CONVERSION_NAMES = (
     "data", "max_drop", "metric", "keep_float32", "export", "opset", "finetune_steps", "learning_rate",
     "batch_size", "seed", "loss", "pad_multiple", "max_pad_overhead", "imports", "unsafe_deserialization",
-    "min_agreement", "atol", "rtol", "baseline", "max_regression",
+    "min_agreement", "atol", "rtol", "baseline", "max_regression", "auto_keep", "search_budget",
+    "speed", "bench_onnx", "min_speedup",
 )  # fmt: skip
 
 
@@ -266,6 +287,13 @@ def gate_flags(stored: bool, baseline: bool = True):
             f"max |diff| <= atol + rtol * max |output|. [KIND=]X as for --atol. {default('by policy and kind, see README')}",
         ),
     ]
+    options.append(
+        click.option(
+            "--min-speedup", "min_speedup", type=click.FloatRange(min=0, min_open=True), metavar="X",
+            help="Fail unless the converted model is at least X times as fast as float32 on the machine that "
+            f"measured it (report.json's speed: the savedmodel path, else keras). {default('off')}",
+        )
+    )  # fmt: skip
     if baseline:
         options += [
         click.option(

@@ -36,6 +36,22 @@ class Task:
     def classes(self) -> int | None:
         return self.output.shape[-1] if self.kind == "softmax" else None
 
+    def scored_by(self, labels: np.ndarray | None) -> "Task":
+        """The task as its checked labels score it: a sigmoid output is not always a binary classifier.
+
+        Class ids (n,) for a Dense(k > 1, "sigmoid") output are scored like a
+        softmax (argmax accuracy); targets in [0, 1] that are not all 0/1
+        (reconstructions, probabilities) like a regression (mse, no
+        agreement); 0/1 labels shaped like the output keep the per-unit rule.
+        """
+        if self.kind != "sigmoid" or labels is None:
+            return self
+        if labels.ndim == 1 and sigmoid_units(self):
+            return Task("softmax", self.output)
+        if not ((labels == 0) | (labels == 1)).all():
+            return Task("regression", self.output)
+        return self
+
 
 @dataclass(frozen=True)
 class Split:
@@ -413,15 +429,11 @@ def _check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nd
                 f"in [0, {classes}) or (n, {classes}) one-hot rows",
                 hint="store one integer class id per sample",
             )
-        if not np.all(np.equal(np.mod(labels, 1), 0)):
-            raise MpconvertError(f"{where}: {key!r} holds non-integer class ids", hint="store integer class ids")
-        if labels.min() < 0 or labels.max() >= classes:
-            raise MpconvertError(
-                f"{where}: {key!r} has labels from {labels.min():g} to {labels.max():g}, "
-                f"but output {out.name!r} has {classes} classes (0 to {classes - 1})",
-                hint="check that the labels belong to this model",
-            )
-        return labels.astype(np.int64)
+        return _class_ids(where, key, labels, classes, out)
+    units = sigmoid_units(task)
+    if units and labels.shape[1:] in ((), (1,)):
+        # Class ids for a Dense(k > 1, "sigmoid") output: scored by argmax.
+        return _class_ids(where, key, labels.reshape(-1), units, out)
     row_shape = tuple(d or 1 for d in out.shape[1:])
     if labels.shape[1:] != row_shape:
         # (n,) targets for an (n, 1) output are the same thing
@@ -433,13 +445,33 @@ def _check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nd
             )
         labels = labels.reshape((len(labels),) + row_shape)
     labels = labels.astype(np.float32)
-    if task.kind == "sigmoid" and not np.isin(labels, (0.0, 1.0)).all():
+    if task.kind == "sigmoid" and (labels.min() < 0.0 or labels.max() > 1.0):
         raise MpconvertError(
-            f"{where}: {key!r} must hold 0/1 labels for sigmoid output {out.name!r} "
+            f"{where}: {key!r} must hold 0/1 labels or targets in [0, 1] for sigmoid output {out.name!r} "
             f"(found values from {labels.min():g} to {labels.max():g})",
-            hint="store binary labels as 0 and 1",
+            hint="store binary labels as 0 and 1 (or class ids (n,) for a sigmoid output with several units)",
         )
     return labels
+
+
+def sigmoid_units(task: Task) -> int | None:
+    """k for a (None, k > 1) sigmoid output, which (n,) class ids can label; else None."""
+    shape = task.output.shape
+    if task.kind != "sigmoid" or len(shape) != 2 or not shape[-1] or shape[-1] < 2:
+        return None
+    return shape[-1]
+
+
+def _class_ids(where: str, key: str, labels: np.ndarray, classes: int, out: TensorSpec) -> np.ndarray:
+    if not np.all(np.equal(np.mod(labels, 1), 0)):
+        raise MpconvertError(f"{where}: {key!r} holds non-integer class ids", hint="store integer class ids")
+    if labels.min() < 0 or labels.max() >= classes:
+        raise MpconvertError(
+            f"{where}: {key!r} has labels from {labels.min():g} to {labels.max():g}, "
+            f"but output {out.name!r} has {classes} classes (0 to {classes - 1})",
+            hint="check that the labels belong to this model",
+        )
+    return labels.astype(np.int64)
 
 
 def _one_hot_to_ids(where: str, key: str, labels: np.ndarray) -> np.ndarray:

@@ -96,6 +96,21 @@ def resolve_loss(framework: Framework, requested: str | None, saved: Any, task: 
     return framework.loss_function(name), f"{name} (default for a {task.kind} output)"
 
 
+def training_split(task: Task, train: Split, loss_name: str) -> Split:
+    """`train` with the labels the loss compares with the model's output.
+
+    Class ids for a Dense(k > 1, "sigmoid") output (scored by argmax) become
+    one-hot rows for any loss but a sparse one: binary cross-entropy, the
+    default for sigmoid units, compares every unit with a 0/1 target, and
+    (n,) ids against (n, k) outputs would broadcast into a meaningless loss.
+    There are no logits to give a sparse softmax loss instead: the model ends
+    in the sigmoid.
+    """
+    if task.kind != "sigmoid" or task.scored_by(train.labels).kind != "softmax" or "sparse" in loss_name:
+        return train
+    return Split(train.inputs, np.eye(task.output.shape[-1], dtype=np.float32)[train.labels])
+
+
 class _Batches:
     """Deterministic mini-batches: a fresh seeded permutation per epoch."""
 
@@ -213,6 +228,7 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
     started = time.perf_counter()
     framework.set_seed(options.seed)
     loss_fn, loss_name = resolve_loss(framework, options.loss, context.saved_loss, task)
+    train = training_split(task, train, loss_name)
     validation = data.validation
     before_weights = model.get_weights()
     metric_before = metric_value(metric, task, predict(model, validation.inputs)[0], validation.labels)

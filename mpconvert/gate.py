@@ -62,6 +62,10 @@ AGREEMENT = "agreement"
 PADDING = "padding proof"
 PARITY = "artifact parity"  # one per artifact: "artifact parity: onnx"
 BASELINE = "baseline regression"
+SPEED = "speed"
+# The speed check judges the SavedModel serving path when it was timed (what
+# a deployment runs), else the Keras call.
+SPEED_PATHS_JUDGED = ("savedmodel", "keras")
 
 # What makes a JSON file an mpconvert report: the keys the gate reads.
 _REPORT_KEYS = ("policy", "source", "layers", "validation", "artifacts")
@@ -89,6 +93,9 @@ class Thresholds:
     rtol: dict[str, float]
     max_regression: float
     baseline: Baseline | None = None
+    # Smallest accepted float32 time / converted time; None (the default,
+    # and every report from before it existed) judges no speed.
+    min_speedup: float | None = None
 
     @classmethod
     def defaults(cls, policy: str | Precision, max_drop: float = DEFAULT_MAX_DROP) -> "Thresholds":
@@ -116,7 +123,7 @@ class Thresholds:
         """
         numbers = {
             name: getattr(options, name)
-            for name in ("max_drop", "min_agreement", "max_regression")
+            for name in ("max_drop", "min_agreement", "max_regression", "min_speedup")
             if getattr(options, name) is not None
         }
         baseline = self.baseline if options.baseline is None else load_baseline(options.baseline, metric)
@@ -187,6 +194,8 @@ def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
     checks += [_parity(artifact, thresholds, keras_nonfinite) for artifact in report["artifacts"]]
     if thresholds.baseline is not None:
         checks.append(_baseline(validation, thresholds.baseline, thresholds.max_regression))
+    if thresholds.min_speedup is not None:
+        checks.append(check_speed(report.get("speed"), thresholds.min_speedup))
     return GateResult(tuple(checks), thresholds)
 
 
@@ -318,6 +327,13 @@ def _padding(padding: dict) -> Check:
         message = f"padded and unpadded models agree (max abs diff {diff_text}); exported {padding.get('exported')}"
         return Check(PADDING, True, message, values)
     reason = padding.get("reason") or "the padded model does not match the unpadded one"
+    if padding.get("exported") == "unpadded":
+        # A padding its proof rejects is mpconvert's own miss: the model the
+        # user gets is the unpadded one, which every other check judged.
+        message = f"padding rejected by its proof and not used: {reason} (max abs diff {diff_text})"
+        if "unpadded model was exported" not in message:
+            message += "; the unpadded model was exported"
+        return Check(PADDING, True, message, values)
     return Check(PADDING, False, f"{reason} (max abs diff {diff_text})", values)
 
 
@@ -334,6 +350,8 @@ def _parity(artifact: dict, thresholds: Thresholds, keras_nonfinite: bool) -> Ch
         "rtol": thresholds.rtol.get(kind),
         "limit": limit,
     }
+    if artifact.get("failed"):
+        return Check(name, False, f"{kind} export failed: {artifact.get('reason')}", values)
     if limit is None:
         return Check(name, False, f"no tolerance known for artifact kind {kind!r}", values)
     rule = f"atol {thresholds.atol[kind]:g} + rtol {thresholds.rtol[kind]:g} x max abs output {ref:.4g}"
@@ -366,6 +384,34 @@ def _baseline(v: dict, baseline: Baseline, max_regression: float) -> Check:
         f"{change} {'<=' if passed else '>'} max {max_regression:.4f}"
     )
     return Check(BASELINE, passed, message, values)
+
+
+def check_speed(speed: dict | None, min_speedup: float) -> Check:
+    """The converted model at least `min_speedup` times as fast as float32, on the machine that measured it.
+
+    Judged on the SavedModel serving path when timed, else the Keras call.
+    A report without a measured speed fails: the threshold cannot be met
+    by not measuring.
+    """
+    values: dict[str, Any] = {"min_speedup": min_speedup, "ratio": None}
+    timed = [(name, (speed or {}).get("paths", {}).get(name)) for name in SPEED_PATHS_JUDGED]
+    timed = [(name, path) for name, path in timed if path and path.get("ratio") is not None]
+    if not timed:
+        message = (
+            f"speed was not measured (the report has no timed {' or '.join(SPEED_PATHS_JUDGED)} path), "
+            f"so min {min_speedup:.2f}x cannot be judged; convert again with an mpconvert that measures it"
+        )
+        return Check(SPEED, False, message, values)
+    name, path = timed[0]
+    ratio = path["ratio"]
+    values.update(path=name, ratio=ratio, float32_ms=path["float32_ms"], converted_ms=path["converted_ms"],
+                  device=speed.get("device"), batch=speed.get("batch"))  # fmt: skip
+    passed = within(min_speedup, ratio)
+    message = (
+        f"{name} {ratio:.2f}x as fast as float32 ({path['float32_ms']:.3g} ms -> {path['converted_ms']:.3g} ms, "
+        f"batch {speed.get('batch')}, {speed.get('device')}) {'>=' if passed else '<'} min {min_speedup:.2f}x"
+    )
+    return Check(SPEED, passed, message, values)
 
 
 def read_report(path: Path, role: str = "report") -> dict:

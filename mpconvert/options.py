@@ -51,6 +51,9 @@ class LoadOptions:
 class RewriteOptions:
     policy: str
     keep_float32: tuple[str, ...] = ()
+    # Layers kept float32 by the numeric lint or the search: (layer path, why).
+    # Set by the pipeline, not by users (they have keep_float32).
+    auto_keep: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         Precision.of(self.policy)  # refuses an unknown policy, naming the valid ones
@@ -62,6 +65,28 @@ class RewriteOptions:
                     f"--keep-float32 {pattern!r} is not a valid regular expression ({exc})",
                     hint="escape special characters, e.g. --keep-float32 'conv2d_1' or 'block\\d+_.*'",
                 ) from None
+
+
+AUTO_KEEP_MODES = ("off", "lint", "search")
+# A few minutes: far below what node-level bisection costs (52 attempts took
+# 16 minutes in onnxmltools PR 543), enough for ~2 log2(L) trials of a
+# model of a few hundred layers on 2 cores.
+DEFAULT_SEARCH_BUDGET = 180.0
+# The search gives up rather than keep more than this share of the
+# convertible layers float32: past it, mixed precision buys little.
+MAX_SEARCH_SHARE = 0.5
+# Calibration rows the lint runs the float32 model on.
+LINT_ROWS = 256
+
+
+@dataclass(frozen=True)
+class AutoKeepOptions:
+    mode: str = "search"  # off: today's behaviour; lint: keep what the lint flags; search: also search
+    search_budget: float = DEFAULT_SEARCH_BUDGET
+
+    def __post_init__(self) -> None:
+        _require(self.mode in AUTO_KEEP_MODES, "auto_keep", self.mode, f"one of {', '.join(AUTO_KEEP_MODES)}")
+        _require(self.search_budget > 0, "search_budget", self.search_budget, "a number of seconds > 0")
 
 
 @dataclass(frozen=True)
@@ -140,6 +165,8 @@ class ExportOptions:
     kinds: tuple[str, ...] = EXPORT_KINDS
     opset: int = DEFAULT_OPSET
     parity_samples: int = PARITY_SAMPLES
+    # Time the ONNX file against a float32 export in ONNX Runtime (one more export).
+    bench_onnx: bool = False
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.kinds if k not in EXPORT_KINDS]
@@ -176,11 +203,15 @@ class GateOptions:
     rtol: tuple[tuple[str | None, float], ...] = ()
     max_regression: float | None = None
     baseline: Path | None = None  # an earlier run's report.json
+    # Smallest accepted float32 time / converted time (speed.py); None: not judged.
+    min_speedup: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_drop", "max_regression"):
             value = getattr(self, name)
             _require(value is None or value >= 0, name, value, "a number >= 0 or None")
+        speedup = self.min_speedup
+        _require(speedup is None or speedup > 0, "min_speedup", speedup, "a number > 0 or None")
         agreement = self.min_agreement
         _require(agreement is None or 0 <= agreement <= 1, "min_agreement", agreement, "between 0 and 1, or None")
         for name in ("atol", "rtol"):
@@ -199,6 +230,9 @@ class ConvertOptions:
     finetune: FinetuneOptions = FinetuneOptions()
     pad: PadOptions = PadOptions()
     gate: GateOptions = GateOptions()
+    auto_keep: AutoKeepOptions = AutoKeepOptions()
+    # Time the converted model against the float32 original here (a few seconds).
+    speed: bool = True
 
     @property
     def precision(self) -> Precision:

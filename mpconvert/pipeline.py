@@ -19,18 +19,20 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .artifacts import export_all
+from .autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
 from .configs import model_class, model_config
 from .context import Context
 from .data import EvalData, Split, Task, resolve_data
 from .finetune import StepCallback, finetune
 from .gate import Thresholds
 from .load import Loaded, load_model
-from .options import ConvertOptions, PadOptions, SaveOptions
+from .options import ConvertOptions, RewriteOptions, SaveOptions
 from .outdir import claimed_output, staged_output
 from .pad import PadPlan, pad, plan_model_padding
 from .report import Report
 from .rewrite import Plan, output_activation, plan_conversion, rewrite
 from .signature import Signature, generate_inputs, signature_of
+from .speed import SPEED_BATCH, Speed, measure_onnx_speed, measure_speed, probe_hardware, warning_for
 from .validate import choose_metric, validate
 
 log = logging.getLogger("mpconvert")
@@ -42,6 +44,8 @@ class Hooks:
 
     stage: Callable[[str], None] = lambda name: None
     finetune_step: StepCallback | None = None
+    # Said before converting, e.g. that float16 cannot be fast on this CPU.
+    warning: Callable[[str], None] = lambda text: None
 
 
 @dataclass
@@ -57,7 +61,8 @@ class _Clock:
         try:
             yield
         finally:
-            self.timings[name] = time.perf_counter() - start
+            # A stage that runs again (the rewrite after a search) adds up.
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
 
 
 @dataclass(frozen=True)
@@ -106,24 +111,34 @@ class Inspection:
     loaded: Loaded
     plan: Plan
     padding: PadPlan | None
+    lint: Any = None  # the numeric lint's findings (None with --auto-keep off)
 
 
 def inspect(options: ConvertOptions) -> Inspection:
-    """The per-layer policy and padding plans, without converting or writing anything.
+    """The per-layer policy, lint and padding plans, without converting or writing anything.
 
-    Padding is planned on the rewritten model, as the conversion does: a
-    softmax split off an output layer changes what can be padded.
+    The lint runs the float32 model on the data (else generated inputs), as a
+    conversion does, and its keeps are in the plan. Padding is planned on the
+    rewritten model, as the conversion does: a softmax split off an output
+    layer changes what can be padded.
     """
     loaded = load_model(options.load)
     framework = loaded.framework
+    signature = signature_of(loaded.model)
+    rewrite_options, found = options.rewrite, None
     with framework.preserved_global_policy(), loaded.deserialization():
+        if options.auto_keep.mode != "off":
+            task = task_of(loaded.model, signature)
+            data = _eval_data(loaded, signature, task, options)
+            context = Context(loaded.model, framework, signature, task, "accuracy", data, options.precision)
+            found, rewrite_options = keep_by_lint(context, rewrite_options)
         if not options.pad.multiple:
-            plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), options.rewrite)
-            return Inspection(loaded, plan, None)
-        smoke = generate_inputs(loaded.model, signature_of(loaded.model), 2, options.validate.seed)
-        rewritten = rewrite(loaded.model, framework, options.rewrite, smoke)
+            plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), rewrite_options)
+            return Inspection(loaded, plan, None, found)
+        smoke = generate_inputs(loaded.model, signature, 2, options.validate.seed)
+        rewritten = rewrite(loaded.model, framework, rewrite_options, smoke)
         padding = plan_model_padding(rewritten.model, framework, options.pad)
-    return Inspection(loaded, rewritten.plan, padding)
+    return Inspection(loaded, rewritten.plan, padding, found)
 
 
 def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
@@ -134,30 +149,58 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         loaded = load_model(options.load)
         signature = signature_of(loaded.model)
         task = task_of(loaded.model, signature)
-        metric = choose_metric(options.validate.metric, task)
         data = _eval_data(loaded, signature, task, options)
+        # The labels decide it too: a sigmoid output with [0, 1] targets is a reconstruction (mse).
+        metric = choose_metric(options.validate.metric, task, data.validation.labels)
         # Resolved before any conversion work, so that a bad --baseline fails fast.
         measured = metric if data.validation.labels is not None else None
         thresholds = Thresholds.defaults(precision).overridden(options.gate, measured)
+    warning = warning_for(precision) if options.speed else None
+    if warning:
+        log.warning(warning)
+        hooks.warning(warning)
     context = Context(loaded.model, loaded.framework, signature, task, metric, data, precision, loaded.saved_loss)
     framework = loaded.framework
-    with framework.preserved_global_policy(), loaded.deserialization():
+    smoke = [x[:2] for x in data.validation.inputs]
+    finetune_options = options.finetune.resolved(has_train=data.train is not None)
+
+    def convert_with(rewrite_options: RewriteOptions):
+        """rewrite -> finetune -> validate, once per set of layers kept float32."""
         with clock.stage("rewrite"):
-            smoke = [x[:2] for x in data.validation.inputs]
-            rewritten = rewrite(loaded.model, framework, options.rewrite, smoke)
+            rewritten = rewrite(loaded.model, framework, rewrite_options, smoke)
         tuning = None
-        finetune_options = options.finetune.resolved(has_train=data.train is not None)
         if finetune_options.steps:
             with clock.stage("finetune"):
                 tuning = finetune(context, rewritten.model, finetune_options, hooks.finetune_step)
         with clock.stage("validate"):
             validation = validate(context, rewritten.model)
+        return rewritten, tuning, validation
+
+    auto, rewrite_options = AutoKeep(options.auto_keep.mode), options.rewrite
+    with framework.preserved_global_policy(), loaded.deserialization():
+        if auto.mode != "off":
+            with clock.stage("lint"):
+                found, rewrite_options = keep_by_lint(context, rewrite_options)
+            auto = dataclasses.replace(auto, lint=found)
+        rewritten, tuning, validation = convert_with(rewrite_options)
+        if auto.mode == "search" and not passes(validation.as_dict(), thresholds):
+            with clock.stage("search"):
+                searched, rewrite_options = keep_by_search(
+                    context, rewritten, rewrite_options, thresholds, options.auto_keep, smoke, validation.as_dict()
+                )
+            auto = dataclasses.replace(auto, search=searched)
+            if searched.validation is not None:
+                rewritten, tuning, validation = convert_with(rewrite_options)
         model, padding = rewritten.model, None
         if options.pad.multiple:
             with clock.stage("pad"):
                 rows = [x[: options.pad.proof_samples] for x in data.validation.inputs]
                 padding = pad(rewritten.model, framework, options.pad, rows, precision)
                 model = padding.model
+        speed = None
+        if options.speed:
+            with clock.stage("speed"):
+                speed = measure_speed(loaded.model, model, list(data.validation.inputs), signature=signature)
     report = Report(
         policy=precision.name,
         source={
@@ -174,6 +217,8 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         thresholds=thresholds,
         finetune=tuning.as_dict() if tuning else None,
         padding=padding.report if padding else None,
+        auto_keep=auto.as_dict(),
+        speed={**speed.as_dict(), "warning": warning} if speed else None,
         timings=clock.timings,
     )
     return Converted(model, rewritten.plan, context, loaded, report, read_files(options, data))
@@ -194,13 +239,26 @@ def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) 
                 converted.model, context.framework, context.signature, list(context.data.validation.inputs),
                 staging, options.export,
             )  # fmt: skip
+        speed = converted.report.speed
+        if options.export.bench_onnx and (staging / "model.onnx").is_file():
+            with clock.stage("bench-onnx"):
+                timing = measure_onnx_speed(
+                    context.original, staging / "model.onnx", list(context.data.validation.inputs),
+                    signature=context.signature, opset=options.export.opset,
+                )  # fmt: skip
+            measured = Speed.from_dict(speed) if speed else Speed(probe_hardware().device, timing_rows(context), timing_rows(context))
+            speed = {**(speed or {}), **measured.with_path("onnx", timing).as_dict()}
         report = dataclasses.replace(
-            converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings
+            converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings, speed=speed
         )
         report.write(staging)
         for name, value in options.attachments:
             (staging / name).write_text(json.dumps(value, indent=2, allow_nan=False) + "\n")
     return report
+
+
+def timing_rows(context: Context) -> int:
+    return min(SPEED_BATCH, context.data.validation.rows)
 
 
 def convert_and_save(options: ConvertOptions, save_options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:

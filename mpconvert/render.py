@@ -22,6 +22,7 @@ from rich.table import Table
 from .gate import PARITY
 from .report import EXIT_GATE
 
+NOT_WRITTEN = "(not written)"  # an artifact whose export failed
 FORMAT_NAMES = {"keras": ".keras file", "h5": ".h5 file", "savedmodel": "Keras SavedModel", "object": "in-memory model"}
 LOADER_NAMES = {"keras": "Keras 3", "tf_keras": "tf-keras"}
 
@@ -65,11 +66,15 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
         console.print(f"    {layer['name']} ({layer['class_name']}): {layer['pinned']}")
     if len(pinned) > 8:
         console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
+    _render_auto_keep(console, report.get("auto_keep") or {})
     if report["finetune"]:
         _render_finetune(console, report["finetune"])
     _render_validation(console, report["validation"])
     if report.get("padding"):
         _render_padding(console, report["padding"])
+    speed = speed_line(report)
+    if speed:
+        console.print(f"  {escape(speed)}")
     gate = report["gate"]
     if report["artifacts"]:
         limits = parity_limits(gate)
@@ -77,6 +82,10 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
         for column in ("artifact", "path", "size", "max |diff|", "limit", "checked with"):
             table.add_column(column)
         for art in report["artifacts"]:
+            if art.get("failed"):  # the reason is in its parity check below
+                table.add_row(art["kind"], NOT_WRITTEN, "-", "[bold red]failed[/]",
+                              format_number(limits.get(art["kind"]), 6), "-")  # fmt: skip
+                continue
             table.add_row(
                 art["kind"], art["path"], format_bytes(art["bytes"]), format_number(art["max_abs_diff"], 6),
                 format_number(limits.get(art["kind"]), 6), art["runtime"],
@@ -123,6 +132,50 @@ def _render_padding(console: Console, p: dict) -> None:
         console.print(f"  padding to x{p['multiple']}: {p['reason']}")
     if p["skipped"]:
         console.print(f"    {len(p['skipped'])} dimension(s) left as they are (see report.json padding.skipped)")
+
+
+_SEARCH_OUTCOMES = {
+    "passed": "the gate's accuracy and agreement checks pass",
+    "budget": "stopped at --search-budget with a passing set that may not be the smallest",
+    "share": "no set within half of the layers passes; the gate fails with the full conversion",
+}
+
+
+def _render_auto_keep(console: Console, auto: dict) -> None:
+    lint, search = auto.get("lint"), auto.get("search")
+    if lint and lint["findings"]:
+        console.print(f"  numeric lint on {lint['rows']} rows: {len(lint['findings'])} finding(s); "
+                      f"kept float32: {', '.join(lint['kept'])}")  # fmt: skip
+    if search:
+        kept = ", ".join(search["kept"]) or "nothing"
+        console.print(f"  search: {search['trials']} trials in {search['seconds']:.1f} s, kept {kept}: "
+                      f"{_SEARCH_OUTCOMES.get(search['outcome'], search['outcome'])}")  # fmt: skip
+
+
+def speed_line(report: dict) -> str | None:
+    """"speed (CPU, batch 256): savedmodel 1.62x, keras 1.58x faster than float32; activations 0.50x (computed)".
+
+    Speed ratios are float32 time / converted time (above 1 is faster), the
+    activation memory's converted / float32 (below 1 is smaller). None for a
+    report without a speed section.
+    """
+    speed = report.get("speed")
+    if not speed:
+        return None
+    ratios = {name: path["ratio"] for name, path in speed["paths"].items()}
+    timed = {name: r for name, r in ratios.items() if r is not None}
+    text = f"speed ({speed['device'].split(':')[0]}, batch {speed['batch']}): "
+    if timed:
+        text += ", ".join(f"{name} {r:.2f}x" for name, r in timed.items())
+        text += " faster than float32" if min(timed.values()) > 1 else " float32's speed"
+        text += " (slower)" if max(timed.values()) < 1 else ""
+    untimed = [name for name, r in ratios.items() if r is None]
+    if untimed:
+        text += ("; " if timed else "") + f"{', '.join(untimed)} not timed (see report.json speed.paths)"
+    memory = speed.get("memory")
+    if memory and memory.get("ratio") is not None:
+        text += f"; activations {memory['ratio']:.2f}x ({memory['method'].split()[0].rstrip(':')})"
+    return text
 
 
 def _render_finetune(console: Console, f: dict) -> None:
@@ -180,6 +233,14 @@ def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
     for d in inspection.layers:
         table.add_row(d.name, d.class_name, d.policy or "-", d.pinned or "")
     console.print(table)
+    lint = getattr(inspection, "lint", None)
+    if lint is not None and lint.findings:
+        table = Table(title=f"Numeric lint on {lint.rows} rows: what {inspection.policy} would break")
+        for column in ("layer", "finding", "numbers"):
+            table.add_column(column, no_wrap=True)
+        for f in lint.findings:
+            table.add_row(f.layer, f.kind, f.message)
+        console.print(table)
     if padding is None:
         return
     table = Table(title=f"Tensor-Core padding to multiples of {padding.multiple} "
@@ -204,6 +265,7 @@ class _Live:
     stderr = False  # which stream it draws on
 
     def __init__(self, quiet: bool):
+        self.quiet = quiet
         self.live = not quiet and (sys.stderr if self.stderr else sys.stdout).isatty()
         self.progress = None
         self.task = None
@@ -235,8 +297,13 @@ class LiveDisplay(_Live):
         from .pipeline import Hooks
 
         if not self.progress:
-            return Hooks()
-        return Hooks(stage=self._stage, finetune_step=self._step)
+            return Hooks(warning=self._warn if not self.quiet else lambda text: None)
+        return Hooks(stage=self._stage, finetune_step=self._step, warning=self._warn)
+
+    def _warn(self, text: str) -> None:
+        """Before converting: said on stderr, also when not on a terminal (CI logs keep it)."""
+        console = self.progress.console if self.progress else Console(stderr=True, highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {escape(text)}")
 
     def _stage(self, name: str) -> None:
         if self.task is not None:  # the fine-tune bar is done once the next stage starts
@@ -334,6 +401,9 @@ def markdown(report: dict) -> str:
         facts.append(
             f"Fine-tune: {tuning['steps']} of {tuning['requested_steps']} steps, {state}, kept {tuning['kept']} weights."
         )
+    speed = speed_line(report)
+    if speed:
+        facts.append(speed[0].upper() + speed[1:] + ".")
     baseline = thresholds.get("baseline")
     if baseline:
         facts.append(f"Baseline: {baseline['metric']} {format_number(baseline['converted'])} from `{baseline['path']}`.")
@@ -345,9 +415,12 @@ def markdown(report: dict) -> str:
         for art in report["artifacts"]:
             diff = "NaN/inf" if art["max_abs_diff"] is None else f"{art['max_abs_diff']:.3g}"
             limit = limits.get(art["kind"])
+            limit = "n/a" if limit is None else f"{limit:.3g}"
+            if art.get("failed"):
+                lines.append(_row(f"{art['kind']} {NOT_WRITTEN}", "-", "❌ **failed**", limit, art["reason"]))
+                continue
             lines.append(
-                _row(f"{art['kind']} (`{art['path']}`)", format_bytes(art["bytes"]), diff,
-                     "n/a" if limit is None else f"{limit:.3g}", art["runtime"])
+                _row(f"{art['kind']} (`{art['path']}`)", format_bytes(art["bytes"]), diff, limit, art["runtime"])
             )  # fmt: skip
         lines.append("")
     lines += [_row("check", "result", "details"), "| --- | --- | --- |"]
@@ -473,3 +546,47 @@ class BatchProgress(_Live):
         self.progress.update(
             self.task, completed=c["done"], detail=f"{c['failed']} failed, {c['running']} running ({job.label})"
         )
+
+
+# --- the doctor -----------------------------------------------------------------
+
+
+def _bench_cell(entry: dict) -> str:
+    if entry["ms"] is None:
+        return "not supported"
+    return f"{entry['ms']:.1f} ({entry['speedup']:.2f}x)" if entry["speedup"] is not None else f"{entry['ms']:.1f}"
+
+
+def render_doctor(found: dict, stream: IO[str] | None = None) -> None:
+    """`mpconvert doctor`: the hardware facts, the micro-benchmark table and the recommendation."""
+    console = _console(stream or sys.stdout)
+    hw = found["hardware"]
+    console.print(f"[bold]mpconvert doctor[/]: TensorFlow runs on {escape(hw['device'])}")
+    features = ", ".join(f"{name} {'yes' if has else 'no'}" for name, has in hw["cpu_features"].items())
+    console.print(f"  CPU: {escape(hw['cpu'])}: {features}")
+    gpus = [
+        f"{g['name']} (compute capability {g['compute_capability'] or '?'}: Tensor Cores float16 "
+        f"{'yes' if g['float16_tensor_cores'] else 'no'}, bfloat16 {'yes' if g['bfloat16_tensor_cores'] else 'no'})"
+        for g in hw["gpus"]
+    ]
+    console.print(f"  GPUs: {escape('; '.join(gpus)) if gpus else 'none'}")
+    console.print(f"  TPUs: {hw['tpus'] or 'none'}")
+    ort = found["onnxruntime"]
+    listed = [f"{p} {'loads' if p in ort['usable'] else 'is listed but does not load'}" for p in ort["available"]]
+    console.print(f"  ONNX Runtime providers: {'; '.join(listed)}")
+    console.print("  versions: " + ", ".join(f"{k} {v}" for k, v in found["versions"].items() if v))
+    bench = found["benchmark"]
+    console.print(f"[bold]micro-benchmark[/]: median ms (speed-up over float32), {bench['seconds']:.1f} s in all")
+    rows = [("tensorflow", bench["tensorflow"])] + [(f"onnxruntime {p}", b) for p, b in bench["onnxruntime"].items()]
+    dtypes = [key for key, value in bench["tensorflow"]["matmul"].items() if isinstance(value, dict)]
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("runtime", "op", "shape", *dtypes):
+        table.add_column(column)
+    for runtime, result in rows:
+        for op in ("matmul", "conv"):
+            table.add_row(runtime, op, result[op]["shape"], *[_bench_cell(result[op][d]) for d in dtypes])
+    console.print(table)
+    rec = found["recommendation"]
+    console.print(f"[bold]recommendation[/]: {rec['policy'] or 'float32 (no 16-bit policy pays here)'}")
+    for line in rec["lines"]:
+        console.print(f"  {escape(line)}")

@@ -55,6 +55,8 @@ class Report:
     thresholds: Thresholds  # what the gate judges against
     finetune: dict | None = None
     padding: dict | None = None  # the padding stage's result; None when it did not run
+    auto_keep: dict | None = None  # what the lint and the search kept float32, and why
+    speed: dict | None = None  # the speed (and activation memory) the conversion bought here
     artifacts: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict = field(default_factory=versions)
@@ -85,6 +87,8 @@ class Report:
             "finetune": self.finetune,
             "validation": self.validation,
             "padding": self.padding,
+            "auto_keep": self.auto_keep,
+            "speed": self.speed,
             "artifacts": self.artifacts,
             "versions": self.versions,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},

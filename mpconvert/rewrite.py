@@ -115,6 +115,7 @@ class _Planner:
     def __init__(self, options: RewriteOptions):
         self.options = options
         self.patterns = [(p, re.compile(p)) for p in options.keep_float32]
+        self.automatic = dict(options.auto_keep)
         self.matched: set[str] = set()
         self.decisions: list[LayerDecision] = []
         self.splits: list[ActivationSplit] = []
@@ -140,7 +141,7 @@ class _Planner:
         cls = entry["class_name"]
         config = entry["config"]
         path = prefix + name
-        reason = forced or self.keep_reason(name, cls, path)
+        reason = forced or self.keep_reason(name, cls, path) or self.automatic.get(path)
         if _is_container(entry):
             self.container(config, cls, path + "/", is_output, reason)
             return
@@ -272,6 +273,15 @@ def rewrite(model: Any, framework: Framework, options: RewriteOptions, smoke_inp
         renames = {s.path: s.linear_name for s in plan.splits}
         _copy_weights(model, new, renames)
     return Rewritten(new, plan)
+
+
+def rebuild_with(model: Any, framework: Framework, config: dict, model_class: str, plan: Plan, mixed: set[str],
+                 smoke_inputs: list[np.ndarray]) -> Any:  # fmt: skip
+    """`model` rebuilt with only the `mixed` layers of `plan` in 16 bits (the search's trials)."""
+    with framework.preserved_global_policy():
+        new = _build(framework, model, apply_plan(config, model_class, plan, mixed), smoke_inputs)
+        _copy_weights(model, new, {s.path: s.linear_name for s in plan.splits})
+    return new
 
 
 def _build(framework: Framework, model: Any, config: dict, smoke_inputs: list[np.ndarray]) -> Any:

@@ -61,13 +61,26 @@ def worse_by(metric: str, before: float, after: float) -> float:
     return before - after if metric == "accuracy" else after - before
 
 
-def choose_metric(requested: str | None, task: Task) -> str:
+def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None = None) -> str:
+    """--metric, else what the output and its checked labels call for.
+
+    A sigmoid output whose targets are in [0, 1] but not all 0/1 (an
+    autoencoder's pixels, probabilities) is scored by mse: there is no class
+    to be right about.
+    """
+    scored = task.scored_by(labels)
     if requested is None:
-        return "mse" if task.kind == "regression" else "accuracy"
+        return "mse" if scored.kind == "regression" else "accuracy"
     if requested == "accuracy" and task.kind == "regression":
         raise MpconvertError(
             f"--metric accuracy needs a softmax or sigmoid output, but output {task.output.name!r} is neither",
             hint="use --metric mse for this model",
+        )
+    if requested == "accuracy" and scored.kind == "regression":
+        raise MpconvertError(
+            f"--metric accuracy needs 0/1 labels or class ids, but the labels of sigmoid output "
+            f"{task.output.name!r} are targets in [0, 1] that are not all 0 or 1",
+            hint="use --metric mse (the default for such targets)",
         )
     return requested
 
@@ -104,7 +117,10 @@ def right_rows(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray
 
 
 def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray) -> float:
+    task = task.scored_by(labels)
     if metric == "mse":
+        if task.kind == "softmax":  # class ids against one score per class: one-hot targets
+            labels = np.eye(output.shape[-1])[labels]
         return float(np.mean((output.reshape(labels.shape).astype(np.float64) - labels) ** 2))
     return float(np.mean(hits(task, output, labels)))
 
@@ -153,6 +169,14 @@ def compare(
     nonfinite = sum(int(np.count_nonzero(~np.isfinite(o))) for o in converted)
     agreement = agreement_rows = None
     harm: dict[str, Any] = {}
+    note = None
+    scored = task.scored_by(split.labels)
+    if task.kind == "sigmoid" and scored.kind == "regression":
+        note = (
+            f"the targets of sigmoid output {task.output.name!r} are in [0, 1] but not all 0/1 (reconstructions "
+            f"or probabilities): scored by {metric}, with no agreement check (there is no class to agree on)"
+        )
+    task = scored  # class ids on a sigmoid output: argmax, like a softmax
     if task.kind != "regression":
         same = class_predictions(task, reference[0]) == class_predictions(task, converted[0])
         same = same.reshape(len(same), -1).all(axis=1)
@@ -165,7 +189,6 @@ def compare(
                 right_rows(task, converted[0], split.labels)[decisive],
             )
     ref_value = conv_value = drop = None
-    note = None
     if split.labels is not None:
         ref_value = metric_value(metric, task, reference[0], split.labels)
         conv_value = metric_value(metric, task, converted[0], split.labels)

@@ -75,22 +75,23 @@ PADDED = {"MobileNetV2", "EfficientNetB0"}
 def convert(model_path, out, policy, padded, *extra):
     # Untrained models' near-uniform softmax: most rows are near-ties at 16-bit
     # resolution, which the agreement check leaves out by itself.
-    args = [str(model_path), "--policy", policy, "--out", str(out), "--quiet", *extra]
+    # --no-speed: timing a 25M-parameter model costs up to 8 calls a path, and speed has its own tests.
+    args = [str(model_path), "--policy", policy, "--out", str(out), "--quiet", "--no-speed", *extra]
     if not padded:
         args += ["--pad-multiple", "0"]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     return result, out / "report.json"
 
 
-# Every architecture runs once in `make test` (CI), under the policy whose
-# code path is its own: both for MobileNetV2 (Relu6's Clip in bfloat16), the
-# grouped convs and GELU of ConvNeXtTiny in float16, the captured tensors of
-# EfficientNetB0 and the concatenations of DenseNet121 and residual adds of
-# ResNet50 in bfloat16 (their repairs). The other four pairs (about 200 s on
-# 2 cores) run with `make test-full`.
+# `make test` (CI) runs the architectures whose code paths are their own:
+# MobileNetV2 under both policies (Relu6's Clip in bfloat16), the grouped
+# convs and GELU of ConvNeXtTiny in float16, ResNet50's residual adds in
+# bfloat16. EfficientNetB0's captured tensors and padding are covered by
+# test_pad.py in every run; its full export and DenseNet121's, and the other
+# pairs (about 270 s on 2 cores), run with `make test-full`.
 IN_EVERY_RUN = {
-    ("MobileNetV2", "mixed_float16"), ("MobileNetV2", "mixed_bfloat16"), ("EfficientNetB0", "mixed_bfloat16"),
-    ("ResNet50", "mixed_bfloat16"), ("ConvNeXtTiny", "mixed_float16"), ("DenseNet121", "mixed_bfloat16"),
+    ("MobileNetV2", "mixed_float16"), ("MobileNetV2", "mixed_bfloat16"),
+    ("ResNet50", "mixed_bfloat16"), ("ConvNeXtTiny", "mixed_float16"),
 }  # fmt: skip
 CASES = [
     pytest.param(name, policy, marks=() if (name, policy) in IN_EVERY_RUN else pytest.mark.full)

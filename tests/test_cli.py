@@ -209,7 +209,9 @@ def overflow_model(tmp_path_factory):
 def test_float16_overflow_fails_the_gate_with_exit_3_and_still_writes_artifacts(overflow_model, tmp_path):
     model, data = overflow_model
     out = tmp_path / "out"
-    result = run(model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel")
+    # --auto-keep off: the behaviour before the lint, which keeps this model's layers float32.
+    result = run(model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel",
+                 "--auto-keep", "off")  # fmt: skip
     assert result.exit_code == 3, result.output
     assert "FAILED" in result.output
     report = json.loads((out / "report.json").read_text())

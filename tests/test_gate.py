@@ -609,7 +609,10 @@ def ci_models(tmp_path_factory):
 
 
 def convert(model, data, out, *args):
-    return invoke(model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel", *args)
+    # --auto-keep off: these runs test the gate's verdict on failures the
+    # lint and search would otherwise repair.
+    return invoke(model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel",
+                  "--auto-keep", "off", *args)  # fmt: skip
 
 
 def test_ci_a_model_within_budget_exits_0_with_a_passing_junit(tmp_path):

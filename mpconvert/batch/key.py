@@ -51,6 +51,7 @@ def job_key(job: Job) -> str:
         "options": options,
         "export": list(job.export),
         "opset": job.opset,
+        "bench_onnx": job.bench_onnx,
         "versions": {**versions(), "mpconvert": _mpconvert_version()},
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()

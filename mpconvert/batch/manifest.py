@@ -24,7 +24,7 @@ from ..precision import POLICIES
 
 # Every keyword of a conversion, as the Python API and the manifest spell them.
 CONVERSION_KEYS = tuple(p for p in inspect.signature(conversion_options).parameters if p not in ("model", "policy"))
-EXPORT_KEYS = ("export", "opset")
+EXPORT_KEYS = ("export", "opset", "bench_onnx")
 OPTION_KEYS = ("policy", *CONVERSION_KEYS, *EXPORT_KEYS)
 MODEL_KEYS = ("path", "name", *OPTION_KEYS)
 # Options that name files: relative to the manifest, and hashed by content.
@@ -36,7 +36,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "rtol": (int, float, dict), "baseline": (str,), "max_regression": (int, float), "finetune_steps": (int,),
     "learning_rate": (int, float), "batch_size": (int,), "loss": (str,), "seed": (int,), "pad_multiple": (int,),
     "max_pad_overhead": (int, float), "unsafe_deserialization": (bool,), "imports": (list, str),
-    "custom_objects": (), "export": (list, str), "opset": (int,),
+    "custom_objects": (), "export": (list, str), "opset": (int,), "auto_keep": (str,),
+    "search_budget": (int, float), "speed": (bool,), "min_speedup": (int, float), "bench_onnx": (bool,),
 }  # fmt: skip
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 
@@ -52,6 +53,7 @@ class Job:
     export: tuple[str, ...] = EXPORT_KINDS
     opset: int = DEFAULT_OPSET
     given_path: str = ""  # as the manifest or folder listing names it
+    bench_onnx: bool = False
 
     @property
     def folder(self) -> str:
@@ -112,6 +114,7 @@ def _jobs_for(where: str, name: str, model: Path, given: str, options: dict, pro
         policies = []  # the other options are still checked below, under a valid policy
     export = tuple(_listed(options.pop("export", list(EXPORT_KINDS))))
     opset = options.pop("opset", DEFAULT_OPSET)
+    bench_onnx = options.pop("bench_onnx", False)
     for key in ("keep_float32", "imports"):
         if key in options:
             options[key] = tuple(_listed(options[key]))
@@ -121,7 +124,7 @@ def _jobs_for(where: str, name: str, model: Path, given: str, options: dict, pro
     except MpconvertError as exc:
         problems.append(f"{where}: {exc.message}")
         return []
-    return [Job(name, model, policy, dict(options), export, opset, given) for policy in dict.fromkeys(policies)]
+    return [Job(name, model, policy, dict(options), export, opset, given, bench_onnx) for policy in dict.fromkeys(policies)]
 
 
 def _model_path(where: str, given: str, base: Path, problems: list[str]) -> Path | None:

@@ -34,7 +34,7 @@ def entry(job: Any, key: str, report: dict, status: str, message: str, seconds: 
     v = report["validation"]
     layers = [layer for layer in report["layers"] if layer["policy"] and layer["pinned"] != "input layer"]
     kept = sum(1 for layer in layers if layer["pinned"])
-    onnx = next((a for a in report["artifacts"] if a["kind"] == "onnx"), None)
+    onnx = next((a for a in report["artifacts"] if a["kind"] == "onnx" and not a.get("failed")), None)
     parameters = report["source"].get("parameters")
     item.update(
         metric=v["metric"], before=v["reference"], after=v["converted"], drop=v["drop"],

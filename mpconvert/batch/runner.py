@@ -136,7 +136,8 @@ class _Runner:
     def start(self, job: Job, key: str) -> None:
         spec = {
             "model": str(job.model), "given_path": job.given_path, "policy": job.policy, "keywords": job.keywords,
-            "export": list(job.export), "opset": job.opset, "out": str(self.root / job.folder), "key": key,
+            "export": list(job.export), "opset": job.opset, "bench_onnx": job.bench_onnx,
+            "out": str(self.root / job.folder), "key": key,
             "parent": os.getpid(),
         }  # fmt: skip
         # Not with_suffix: a model name may hold dots ("resnet.v2").

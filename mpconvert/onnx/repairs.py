@@ -83,7 +83,10 @@ def insert_float32_islands(proto) -> list[str]:
     Conv, pooling and some activations only allow bfloat16 from opset 22,
     which tf2onnx cannot write. Their bfloat16 inputs, weights included (so
     the file keeps 16-bit weights), are Cast to float32 and their outputs
-    Cast back, so the rest of the graph keeps its types.
+    Cast back, so the rest of the graph keeps its types. An op that makes a
+    bfloat16 output from an attribute, with no bfloat16 input (ConstantOfShape,
+    the zero initial state of every LSTM/GRU loop, bfloat16 only from opset
+    20), has that attribute made float32 too (`graph.wrap_in_float32`).
     """
     def lacking_bfloat16(node, schema, bound):
         lacking = {t for _, t, dtype in bound if dtype == TensorProto.BFLOAT16

@@ -119,6 +119,14 @@ def _producer(layer: Layer, ch: Channels) -> None:
                       f"{cls} {name!r} is grouped or channels_first")  # fmt: skip
         return
     ch.producers[name] = (PRODUCERS[cls], cfg.get(PRODUCERS[cls]))
+    if cls == "Embedding":
+        # Its input's last axis is token positions, not channels. A tf.keras
+        # 2.x text model's `Input((maxlen,))` is float, so it looked like
+        # padable features: 25 -> 32 appended 7 tokens of id 0, the LSTM ran
+        # 7 more steps, and the outputs moved by 0.017 (proof rejected).
+        for source in layer.sources:
+            ch.spaces.block(source, f"feeds Embedding {name!r}: its last axis is token positions, not channels")
+        return
     _absorb(layer, ch)
 
 

@@ -1,0 +1,86 @@
+"""Automatic float32 where 16 bits break: the lint's keeps, then the search's.
+
+`--auto-keep lint` keeps float32 what the numeric lint flags before the
+rewrite; `search` also runs the accuracy-driven search when the gate's
+accuracy or agreement check still fails; `off` is the behaviour before
+either existed (the gate fails and says so). Every layer kept here reaches
+the report's `layers` with `pinned` saying why, with its number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+import numpy as np
+
+from .configs import model_class, model_config
+from .context import Context
+from .gate import Thresholds, check_accuracy, check_agreement
+from .lint import Lint, lint
+from .options import LINT_ROWS, AutoKeepOptions, RewriteOptions
+from .rewrite import Plan, Rewritten, plan_conversion
+from .search import Search, search
+
+
+@dataclass(frozen=True)
+class AutoKeep:
+    mode: str
+    lint: Lint | None = None
+    search: Search | None = None
+
+    def as_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "lint": self.lint.as_dict() if self.lint else None,
+            "search": self.search.as_dict() if self.search else None,
+        }
+
+
+def _original_names(plan: Plan) -> dict[str, str]:
+    """Plan name -> the original model's layer name (a split head's 16-bit part is NAME_linear)."""
+    split = {s.linear_name: s.path for s in plan.splits}
+    return {name: split.get(name, name) for name in plan.mixed}
+
+
+def keep_by_lint(context: Context, options: RewriteOptions) -> tuple[Lint, RewriteOptions]:
+    """Lint the float32 model; the rewrite options with what it flags kept float32."""
+    original = context.original
+    plan = plan_conversion(model_config(original), model_class(original), options)
+    candidates = {name for name in _original_names(plan).values() if "/" not in name}
+    rows = [x[:LINT_ROWS] for x in context.data.validation.inputs]
+    found = lint(original, context.framework, context.precision, rows, candidates)
+    return found, dataclasses.replace(options, auto_keep=options.auto_keep + tuple(found.keep.items()))
+
+
+def passes(validation: dict, thresholds: Thresholds) -> bool:
+    """The gate's accuracy and agreement checks, the two the search can fix."""
+    if not check_accuracy(validation, thresholds.max_drop).passed:
+        return False
+    judged = validation.get("agreement") is not None or validation.get("kept_correct") is not None
+    return not judged or check_agreement(validation, thresholds.min_agreement).passed
+
+
+def _reason(before: dict, after: dict) -> str:
+    if before.get("drop") is not None and after.get("drop") is not None:
+        return f"accuracy-driven search: drop {before['drop']:.3f} -> {after['drop']:.3f}"
+    if before.get("nonfinite_outputs"):
+        return f"accuracy-driven search: {before['nonfinite_outputs']} NaN/inf outputs -> {after['nonfinite_outputs']}"
+    return f"accuracy-driven search: agreement {before.get('agreement') or 0:.3f} -> {after.get('agreement') or 0:.3f}"
+
+
+def keep_by_search(
+    context: Context, rewritten: Rewritten, options: RewriteOptions, thresholds: Thresholds,
+    auto: AutoKeepOptions, smoke: list[np.ndarray], before: dict,
+) -> tuple[Search, RewriteOptions]:  # fmt: skip
+    """Search for the layers to keep; the rewrite options with them kept (unchanged if none passes)."""
+    original = context.original
+    found = search(
+        context, rewritten.plan, model_config(original), model_class(original),
+        lambda v: passes(v, thresholds), auto.search_budget, smoke, rewritten.model,
+    )  # fmt: skip
+    if found.validation is None:
+        return found, options
+    names = _original_names(rewritten.plan)
+    reason = _reason(before, found.validation)
+    extra = tuple((names.get(name, name), reason) for name in found.kept)
+    return found, dataclasses.replace(options, auto_keep=options.auto_keep + extra)

@@ -1,0 +1,359 @@
+"""`mpconvert doctor`: what this machine offers for 16-bit compute, measured.
+
+Mixed precision exists to be faster, and whether it is depends on the
+hardware: float16 needs Tensor Cores (NVIDIA compute capability 7.0+) or a
+CPU with avx512_fp16/amx_fp16, bfloat16 a GPU of compute capability 8.0+, a
+TPU, or a CPU with avx512_bf16/amx_bf16. The doctor lists those facts, then
+times matmul and conv in float32, float16 and bfloat16 in TensorFlow and ONNX
+Runtime and recommends the policy that was *measured* faster here, because
+the facts alone mislead: on the 2-core AMD EPYC (Zen 3, AVX2 only) this was
+written on, a 256x4096x4096 bfloat16 matmul took 427 ms against 203 ms in
+float32, while on a 2-core EPYC with avx512_bf16 a mixed_bfloat16 Dense model
+served 1.6x faster (GUIDE.md section 2).
+
+The stages: `speed.probe_hardware` (the facts, no benchmark; speed.py
+owns them because speed.warning_for needs them before every conversion),
+`bench_tensorflow`, `bench_onnxruntime`, `recommend`, gathered by
+`diagnose` into a `Diagnosis`; `doctor_command` is the click command,
+rendered by render.render_doctor. TensorFlow and ONNX Runtime are imported
+only when a stage needs them, so the command line starts without them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import click
+
+from .cli_flags import debug_option, run_action
+from .precision import PRECISIONS
+from .speed import Hardware, fast_units, first_line, median_ms, probe_hardware
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+# Benchmark shapes: a batch-256 Dense(2048) matmul (2.1 GFLOP) and a 3x3
+# conv, 64 channels, on 16 images of 32x32 (1.2 GFLOP). Smaller ones mislead
+# on a CPU: at 256x1024x1024 float32, float16 and bfloat16 all took 8.4-8.9
+# ms here, while at 256x4096x4096 16-bit took 2.1-2.3x float32's time.
+MATMUL = (256, 2048, 2048)  # rows, inputs, outputs
+CONV = (16, 32, 32, 64, 64)  # images, height, width, channels in, channels out
+# Each timing is the median of up to this many runs after two warm-ups,
+# fewer when a run is slow, so the whole benchmark takes a few seconds.
+REPEATS = 5
+BUDGET_S = 1.0  # per (op, runtime): every dtype's runs together
+# A policy "pays" when it is at least this much faster than float32 on the
+# geometric mean of matmul and conv: a policy within noise of float32 is not
+# worth its accuracy risk. The noise is real on a shared machine: with other
+# test runs on the same 2 cores, the float16 matmul ratio read 0.60x in one
+# doctor run and 0.94x in the next (the dtypes take turns, so load falls on
+# all of them, but not evenly).
+PAYS = 1.1
+# ONNX opset 22 is the first where Conv accepts bfloat16 (GUIDE.md section 2).
+BENCH_OPSET = 22
+
+ORT_CPU, ORT_CUDA, ORT_TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
+
+
+def _timed(ms: dict[str, float], failed: dict[str, str]) -> dict[str, dict]:
+    """{dtype: {"ms", "speedup" (float32 ms / ms), "note"}} for every dtype, measured or not."""
+    base = ms.get("float32")
+    return {
+        dtype: {
+            "ms": round(ms[dtype], 3) if dtype in ms else None,
+            "speedup": round(base / ms[dtype], 3) if dtype in ms and base else None,
+            "note": failed.get(dtype),
+        }
+        for dtype in DTYPES
+    }
+
+
+def _result(op: str, matmul: tuple, conv: tuple, runs: dict, failed: dict[str, str], repeats: int) -> dict:
+    """One op's benchmark entry: its shape in words, then each dtype's timing.
+
+    Every callable in `runs` has run once already (tracing, or the session's
+    first run), so one more warm-up is enough.
+    """
+    if op == "matmul":
+        shape = f"{matmul[0]}x{matmul[1]} @ {matmul[1]}x{matmul[2]}"
+    else:
+        shape = f"3x3, {conv[3]}->{conv[4]} channels, {conv[0]}x{conv[1]}x{conv[2]}"
+    return {"shape": shape, **_timed(median_ms(runs, repeats=repeats, budget_s=BUDGET_S, warmup=1), failed)}
+
+
+# --- TensorFlow -----------------------------------------------------------------
+
+
+def bench_tensorflow(matmul: tuple = MATMUL, conv: tuple = CONV, repeats: int = REPEATS) -> dict:
+    """Matmul and conv in each dtype through tf.function on TensorFlow's default device."""
+    import tensorflow as tf
+
+    rng = tf.random.Generator.from_seed(0)
+    rows, inputs, outputs = matmul
+    images, height, width, c_in, c_out = conv
+    cases = {
+        "matmul": (lambda a, b: tf.matmul(a, b), [(rows, inputs), (inputs, outputs)]),
+        "conv": (lambda x, k: tf.nn.conv2d(x, k, 1, "SAME"), [(images, height, width, c_in), (3, 3, c_in, c_out)]),
+    }
+    result = {}
+    for op, (compute, shapes) in cases.items():
+        runs, failed = {}, {}
+        for dtype in DTYPES:
+            args = [tf.cast(rng.normal(shape, stddev=0.1), dtype) for shape in shapes]
+
+            def run(fn=tf.function(compute), args=args):
+                return fn(*args).numpy()  # .numpy(): wait for the device to finish
+
+            try:
+                run()  # traces, and tells whether this device has a kernel for the dtype
+            except (tf.errors.OpError, TypeError, ValueError) as exc:
+                failed[dtype] = f"not supported: {first_line(exc)}"
+                continue
+            runs[dtype] = run
+        result[op] = _result(op, matmul, conv, runs, failed, repeats)
+    return result
+
+
+# --- ONNX Runtime ---------------------------------------------------------------
+
+
+def _onnx_graph(op: str, dtype: str, matmul: tuple, conv: tuple):
+    """A float32-in, float32-out graph whose one MatMul or Conv computes in `dtype`.
+
+    The weight is an initializer in `dtype` and the input is cast at the
+    edge, as in a converted model's file (a cast of the input is small
+    beside the op). Returns the model and the input's shape.
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    elem = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}[dtype]
+    rng = np.random.default_rng(0)
+    if op == "matmul":
+        rows, inputs, outputs = matmul
+        x_shape, w_shape, y_shape = [rows, inputs], [inputs, outputs], [rows, outputs]
+        node = helper.make_node("MatMul", ["xc", "w"], ["yc"])
+    else:
+        images, height, width, c_in, c_out = conv
+        x_shape, w_shape, y_shape = [images, c_in, height, width], [c_out, c_in, 3, 3], [images, c_out, height, width]
+        node = helper.make_node("Conv", ["xc", "w"], ["yc"], pads=[1, 1, 1, 1])
+    w = (rng.standard_normal(w_shape) * 0.05).astype(np.float32)
+    if dtype == "bfloat16":  # NumPy has no bfloat16: its bits are float32's upper half
+        weight = helper.make_tensor("w", elem, w_shape, (w.view(np.uint32) >> 16).astype(np.uint16).tobytes(), raw=True)
+    else:
+        weight = numpy_helper.from_array(w.astype(helper.tensor_dtype_to_np_dtype(elem)), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["xc"], to=elem),
+            node,
+            helper.make_node("Cast", ["yc"], ["y"], to=TensorProto.FLOAT),
+        ],
+        op,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", BENCH_OPSET)], ir_version=10), x_shape
+
+
+def _child_loads(provider: str) -> bool:
+    """Whether `provider` really loads, tried in a child process (its load errors are logged process-wide)."""
+    model, _ = _onnx_graph("matmul", "float32", (1, 1, 1), CONV)
+    script = (
+        "import sys, onnxruntime\n"
+        f"s = onnxruntime.InferenceSession(sys.stdin.buffer.read(), providers=[{provider!r}, {ORT_CPU!r}])\n"
+        "print(s.get_providers()[0])\n"
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", script], input=model.SerializeToString(),
+                              capture_output=True, timeout=300, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and done.stdout.decode().strip().endswith(provider)
+
+
+def onnxruntime_providers() -> dict[str, list[str]]:
+    """The providers ONNX Runtime lists, and those that really load here.
+
+    onnxruntime-gpu lists CUDA and TensorRT without CUDA present, then falls
+    back to CPU with a logged error (GUIDE.md section 2): only a real load counts.
+    """
+    import onnxruntime as ort
+
+    from .onnx.run import cuda_usable
+
+    available = list(ort.get_available_providers())
+    usable = [ORT_CPU]
+    if ORT_CUDA in available and cuda_usable():
+        usable.insert(0, ORT_CUDA)
+    if ORT_TENSORRT in available and _child_loads(ORT_TENSORRT):
+        usable.insert(0, ORT_TENSORRT)
+    return {"available": available, "usable": usable}
+
+
+def bench_onnxruntime(provider: str = ORT_CPU, matmul: tuple = MATMUL, conv: tuple = CONV, repeats: int = REPEATS) -> dict:
+    """Matmul and conv in each dtype on one ONNX Runtime provider.
+
+    A dtype the provider has no kernel for (bfloat16 on CPU) is reported as
+    "not supported", not timed on an emulated copy.
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    result = {}
+    for op in ("matmul", "conv"):
+        runs, failed = {}, {}
+        for dtype in DTYPES:
+            model, shape = _onnx_graph(op, dtype, matmul, conv)
+            feed = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+            try:
+                session = ort.InferenceSession(model.SerializeToString(), options, providers=[provider])
+                session.run(None, feed)
+            except Exception as exc:  # ONNX Runtime raises its own classes: NOT_IMPLEMENTED, INVALID_GRAPH, ...
+                if dtype == "float32":
+                    raise  # the baseline must run: anything else is a bug here
+                failed[dtype] = f"not supported: {first_line(exc)}"
+                continue
+            runs[dtype] = functools.partial(session.run, None, feed)
+        result[op] = _result(op, matmul, conv, runs, failed, repeats)
+    return result
+
+
+# --- the recommendation -----------------------------------------------------------
+
+
+def _speedups(bench: dict, dtype: str) -> dict[str, float | None]:
+    return {op: bench[op][dtype]["speedup"] for op in ("matmul", "conv")}
+
+
+def _geomean(values) -> float | None:
+    """None when an op did not run: a policy that cannot run a conv here does not pay on its matmul."""
+    values = list(values)
+    if not values or any(v is None or v <= 0 for v in values):
+        return None
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def _ratios(speedups: dict[str, float | None]) -> str:
+    return ", ".join(f"{op} {'not supported' if s is None else f'{s:.2f}x'}" for op, s in speedups.items())
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    policy: str | None  # None: neither policy pays here; keep float32
+    lines: tuple[str, ...]
+    policies: dict[str, dict]  # policy -> {"matmul", "conv" (speed-ups), "speedup" (their geometric mean), "pays"}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def recommend(hardware: Hardware, tensorflow: dict, onnxruntime: dict | None = None) -> Recommendation:
+    """The policy measured fastest here in TensorFlow, if any pays, with the numbers in words."""
+    judged = {}
+    for name, precision in PRECISIONS.items():
+        ops = _speedups(tensorflow, precision.compute_dtype)
+        gain = _geomean(ops.values())
+        judged[name] = {**ops, "speedup": None if gain is None else round(gain, 3), "pays": bool(gain and gain >= PAYS)}
+    paying = sorted((p for p in judged if judged[p]["pays"]), key=lambda p: -judged[p]["speedup"])
+    best = paying[0] if paying else None
+    lines = []
+    if best:
+        ops = _speedups(tensorflow, PRECISIONS[best].compute_dtype)
+        lines.append(f"{best}: {_ratios(ops)} faster than float32 in TensorFlow here ({hardware.device})")
+    else:
+        lines.append(
+            f"keep float32 here: neither policy is at least {PAYS:g}x as fast as float32 in TensorFlow "
+            f"({hardware.device}); convert for the hardware the model will serve on, whose gain is not measured here"
+        )
+    for name in PRECISIONS:
+        if name == best:
+            continue
+        ops = _speedups(tensorflow, PRECISIONS[name].compute_dtype)
+        has, why = fast_units(hardware, PRECISIONS[name].compute_dtype)
+        reason = f" ({why})" if has is False else ""
+        verdict = "will not pay here" if not judged[name]["pays"] else "also pays here"
+        lines.append(f"{name} {verdict}: {_ratios(ops)} of float32's speed in TensorFlow{reason}")
+    for provider, bench in (onnxruntime or {}).items():
+        parts = []
+        for dtype in DTYPES[1:]:
+            ops = _speedups(bench, dtype)
+            parts.append(f"{dtype} " + ("not supported" if all(s is None for s in ops.values()) else _ratios(ops)))
+        lines.append(f"ONNX Runtime {provider}: {'; '.join(parts)} (against float32)")
+    return Recommendation(best, tuple(lines), judged)
+
+
+# --- everything, for the command --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    hardware: Hardware
+    providers: dict[str, list[str]]
+    versions: dict[str, str | None]
+    tensorflow: dict  # bench_tensorflow's result
+    onnxruntime: dict[str, dict]  # provider -> bench_onnxruntime's result
+    recommendation: Recommendation
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "hardware": self.hardware.as_dict(),
+            "onnxruntime": self.providers,
+            "versions": self.versions,
+            "benchmark": {
+                "tensorflow": {"device": self.hardware.device, **self.tensorflow},
+                "onnxruntime": self.onnxruntime,
+                "seconds": round(self.seconds, 2),
+            },
+            "recommendation": self.recommendation.as_dict(),
+        }
+
+
+def diagnose(hardware: Hardware | None = None, matmul: tuple | None = None, conv: tuple | None = None,
+             repeats: int = REPEATS) -> Diagnosis:  # fmt: skip
+    """Facts, the micro-benchmark (a few seconds) and the recommendation.
+
+    `hardware` defaults to this machine's; the shapes to MATMUL and CONV.
+    """
+    from . import __version__
+    from .report import versions
+
+    hardware = hardware or probe_hardware()
+    matmul, conv = matmul or MATMUL, conv or CONV
+    providers = onnxruntime_providers()
+    start = time.perf_counter()
+    tensorflow = bench_tensorflow(matmul, conv, repeats)
+    # TensorRT builds an engine per graph (seconds each): only CUDA and CPU are timed.
+    timed = [p for p in providers["usable"] if p != ORT_TENSORRT][:1]
+    onnxruntime = {p: bench_onnxruntime(p, matmul, conv, repeats) for p in timed}
+    seconds = time.perf_counter() - start
+    found = {"mpconvert": __version__, **versions()}
+    advice = recommend(hardware, tensorflow, onnxruntime)
+    return Diagnosis(hardware, providers, found, tensorflow, onnxruntime, advice, seconds)
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON on stdout, and nothing else there.")
+@debug_option
+def doctor_command(as_json, debug):
+    """What this machine offers for 16-bit compute, measured: hardware, runtimes, a micro-benchmark, a policy."""
+
+    def action() -> int:
+        found = diagnose().as_dict()
+        if as_json:
+            click.echo(json.dumps(found, indent=2, allow_nan=False))
+        else:
+            from .render import render_doctor
+
+            render_doctor(found)
+        return 0
+
+    sys.exit(run_action(debug, action))

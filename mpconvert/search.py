@@ -1,0 +1,179 @@
+"""Accuracy-driven search: the fewest layers to keep float32 so the gate's budget holds.
+
+Measured on the task's own metric and data, at the Keras layer level, where
+node-level bisection against output closeness is slow (onnxconverter-common:
+52 attempts in 16 minutes in onnxmltools PR 543; attempt 671 in its issue
+229).
+
+1. Rank (one pass, no conversion): every convertible layer alone in 16 bits,
+   fed the float32 model's own inputs for it, against its float32 output.
+   The error is measured against how much the output varies across rows, so
+   a layer that erases small differences on a large value ranks high even
+   though its relative error is tiny.
+2. Grow: keep the top k most sensitive layers float32, k found by binary
+   search (about log2(L) trials), up to MAX_SEARCH_SHARE of the layers.
+3. Prune: try each kept layer in 16 bits again, least sensitive first, and
+   drop the ones that are not needed (L_kept trials). Layers that matter only
+   together (one carries a large value, the next subtracts it) survive this,
+   because each is tried with the other still kept.
+
+Trials rebuild the model from its config with a set of layers in 16 bits and
+predict the validation rows in memory: no disk, no fine-tune.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .context import Context
+from .lint import layer_outputs
+from .options import MAX_SEARCH_SHARE
+from .rewrite import Plan, rebuild_with
+from .validate import compare, predict
+
+Verdict = Callable[[dict], bool]  # a trial's validation (JSON form) -> passes the gate's checks
+
+
+@dataclass
+class Search:
+    kept: list[str] = field(default_factory=list)  # plan names kept float32 (linear names for split heads)
+    trials: list[dict] = field(default_factory=list)  # {kept, drop, agreement, passed}
+    ranking: list[tuple[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+    outcome: str = ""  # "passed", "budget", "share"
+    validation: dict | None = None  # of the final set
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    def as_dict(self) -> dict:
+        return {
+            "outcome": self.outcome,
+            "trials": len(self.trials),
+            "seconds": round(self.seconds, 3),
+            "kept": list(self.kept),
+            "ranking": [{"layer": n, "sensitivity": None if not math.isfinite(s) else round(s, 6)}
+                        for n, s in self.ranking[:10]],  # fmt: skip
+            "drop": [{"kept": t["kept"], "drop": t["drop"], "agreement": t["agreement"], "passed": t["passed"]}
+                     for t in self.trials],  # fmt: skip
+        }
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _feeds(layer: Any, reference: dict[str, np.ndarray], model_inputs: list, rows: list[np.ndarray]) -> list | None:
+    """The float32 model's values of `layer`'s inputs, by the producing layers' names."""
+    feeds = []
+    for tensor in _as_list(layer.input):
+        producer = tensor._keras_history[0].name
+        if producer in reference:
+            feeds.append(reference[producer])
+            continue
+        names = [getattr(t, "name", None) for t in model_inputs]
+        if getattr(tensor, "name", None) not in names:  # a Sequential's input has no InputLayer
+            return None
+        feeds.append(rows[names.index(tensor.name)])
+    return feeds
+
+
+def _float32_twin(layer: Any) -> Any:
+    return type(layer).from_config({**layer.get_config(), "dtype": "float32"})
+
+
+def rank(context: Context, mixed_model: Any, names: list[str], rows: list[np.ndarray]) -> list[tuple[str, float]]:
+    """(layer, sensitivity) for each plan name, most sensitive first.
+
+    Each 16-bit layer of `mixed_model` runs alone on the float32 model's
+    inputs to it, against a float32 twin with the same weights on the same
+    inputs; sensitivity = rms error / rms spread of the float32 output across
+    rows (inf when it overflows). Nested layers and layers that cannot run
+    alone rank 0: the grow step still reaches them.
+    """
+    reference = layer_outputs(context.original, context.framework, rows)
+    scores = []
+    for name in names:
+        try:
+            layer16 = mixed_model.get_layer(name)
+            feeds = _feeds(layer16, reference, context.original.inputs, rows)
+            if feeds is None:
+                raise ValueError(name)
+            feed = feeds if len(feeds) > 1 else feeds[0]
+            twin = _float32_twin(layer16)
+            twin(feed, training=False)
+            twin.set_weights(layer16.get_weights())
+            out32 = np.asarray(_as_list(twin(feed, training=False))[0], dtype=np.float64)
+            out16 = np.asarray(_as_list(layer16(feed, training=False))[0], dtype=np.float64)
+        except Exception:  # a layer that needs its neighbours (masks, states): no score
+            scores.append((name, 0.0))
+            continue
+        if not np.isfinite(out16).all():
+            scores.append((name, math.inf))
+            continue
+        error = float(np.sqrt(np.mean((out16 - out32) ** 2)))
+        spread = float(np.sqrt(np.mean(out32.reshape(len(out32), -1).std(axis=0) ** 2)))
+        scores.append((name, error / (spread + 1e-12)))
+    return sorted(scores, key=lambda item: -item[1])
+
+
+def search(context: Context, plan: Plan, config: dict, model_class: str, verdict: Verdict, budget: float,
+           smoke: list[np.ndarray], mixed_model: Any) -> Search:  # fmt: skip
+    """The smallest set of plan layers to keep float32 so that `verdict` passes."""
+    started = time.perf_counter()
+    result = Search()
+    candidates = list(plan.mixed)
+    rows = [x[:256] for x in context.data.validation.inputs]
+    result.ranking = rank(context, mixed_model, candidates, rows)
+    order = [name for name, _ in result.ranking]
+    validation_rows = context.data.validation
+    reference = predict(context.original, validation_rows.inputs)
+
+    tried: dict[frozenset, bool] = {}
+
+    def trial(kept: list[str]) -> bool:
+        if frozenset(kept) in tried:  # the grow and prune steps can meet the same set
+            return tried[frozenset(kept)]
+        mixed = set(candidates) - set(kept)
+        model = rebuild_with(context.original, context.framework, config, model_class, plan, mixed, smoke)
+        v = compare(reference, predict(model, validation_rows.inputs), validation_rows, context.task, context.metric,
+                    context.data.source, context.precision.resolution).as_dict()  # fmt: skip
+        passed = tried[frozenset(kept)] = verdict(v)
+        result.trials.append({"kept": sorted(kept), "drop": v["drop"], "agreement": v["agreement"], "passed": passed, "v": v})
+        return passed
+
+    def out_of_time() -> bool:
+        return time.perf_counter() - started > budget
+
+    largest = max(1, int(len(order) * MAX_SEARCH_SHARE))
+    if not trial(order[:largest]):
+        result.outcome = "share"
+    else:
+        lo, hi = 0, largest  # keeping order[:hi] passes; order[:lo] does not (lo=0: the failing start)
+        while hi - lo > 1 and not out_of_time():
+            mid = (lo + hi) // 2
+            if trial(order[:mid]):
+                hi = mid
+            else:
+                lo = mid
+        kept = order[:hi]
+        for name in reversed(order[:hi]):
+            if out_of_time():
+                break
+            fewer = [k for k in kept if k != name]
+            if fewer and trial(fewer):
+                kept = fewer
+        result.kept = kept
+        result.outcome = "budget" if out_of_time() else "passed"
+        passing = [t for t in result.trials if t["passed"] and t["kept"] == sorted(kept)]
+        result.validation = passing[-1]["v"] if passing else None
+    result.seconds = time.perf_counter() - started
+    for t in result.trials:
+        t.pop("v", None)
+    return result

@@ -1,0 +1,451 @@
+"""Speed, memory and the hardware doctor: structure and hand-computed numbers, never wall-clock limits.
+
+Timings on a shared 2-core machine are noise at this size, so the tests
+check what a report promises (keys, positivity, ratio = float32_ms /
+converted_ms), the memory arithmetic by hand, the gate's logic on
+hand-written reports, and the warnings and recommendation on faked
+hardware facts.
+"""
+
+import dataclasses
+import json
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from junitparser import JUnitXml
+
+from mpconvert import doctor
+from mpconvert.cli import cli
+from mpconvert.errors import MpconvertError
+from mpconvert.gate import SPEED, Thresholds, evaluate
+from mpconvert.options import GateOptions
+from mpconvert.precision import POLICIES
+from mpconvert.render import markdown, render_summary, speed_line, write_junit
+from mpconvert.report import Report
+from mpconvert.speed import (
+    COMPUTED,
+    Gpu,
+    Hardware,
+    PathSpeed,
+    Speed,
+    activation_bytes,
+    activation_memory,
+    fast_units,
+    measure_onnx_speed,
+    measure_speed,
+    read_cpu,
+    warning_for,
+)
+from test_gate import make_report, stored, thresholds, write
+
+ROWS = 100
+BATCH = 64
+
+
+# --- tiny models ------------------------------------------------------------------
+
+
+def dense(K):
+    """Input(8) -> Dense(16) -> Dense(4): the model whose memory is computed by hand below."""
+    x = K.Input((8,), name="features")
+    h = K.layers.Dense(16, activation="relu", name="hidden")(x)
+    return K.Model(x, K.layers.Dense(4, name="out")(h), name="dense")
+
+
+def converted(K, policy):
+    from mpconvert.frameworks import KERAS3, TF_KERAS
+    from mpconvert.options import RewriteOptions
+    from mpconvert.rewrite import rewrite
+
+    original = dense(K)
+    framework = KERAS3 if K.__name__ == "keras" else TF_KERAS
+    rows = np.random.default_rng(0).standard_normal((ROWS, 8)).astype(np.float32)
+    return original, rewrite(original, framework, RewriteOptions(policy), [rows[:2]]).model, rows
+
+
+@pytest.fixture(scope="module", params=["keras", "tf_keras"])
+def K(request):
+    return pytest.importorskip(request.param)
+
+
+# --- measure_speed ------------------------------------------------------------------
+
+
+def test_speed_of_both_paths_has_its_numbers_and_an_exact_ratio(K):
+    original, model, rows = converted(K, "mixed_bfloat16")
+    speed = measure_speed(original, model, [rows], batch=BATCH, repeats=3, budget_s=0.1)
+    found = speed.as_dict()
+    assert set(found) == {"device", "batch", "rows", "paths", "memory", "summary"}
+    assert found["device"].startswith(("CPU: ", "GPU: ", "TPU"))
+    assert (found["batch"], found["rows"]) == (BATCH, ROWS)
+    assert set(found["paths"]) == {"keras", "savedmodel"}
+    for path in found["paths"].values():
+        assert path["float32_ms"] > 0 and path["converted_ms"] > 0
+        assert path["ratio"] == path["float32_ms"] / path["converted_ms"]
+        assert path["runtime"] == "tensorflow" and path["note"] is None
+    assert f"batch {BATCH} of {ROWS} validation rows" in found["summary"]
+    assert "above 1 is faster" in found["summary"]
+    json.dumps(found, allow_nan=False)  # fits report.json
+
+
+def test_speed_batch_is_every_row_when_the_data_has_fewer(K):
+    original, model, rows = converted(K, "mixed_float16")
+    speed = measure_speed(original, model, [rows[:20]], paths=("keras",), memory=False, repeats=3, budget_s=0.1)
+    assert (speed.batch, speed.rows, list(speed.paths), speed.memory) == (20, 20, ["keras"], None)
+    assert "batch 20 of all 20 validation rows" in speed.summary
+
+
+def test_an_unknown_path_is_refused():
+    import keras
+
+    original, model, rows = converted(keras, "mixed_float16")
+    with pytest.raises(ValueError, match="unknown speed path 'tflite'"):
+        measure_speed(original, model, [rows], paths=("tflite",), memory=False)
+
+
+def test_speed_round_trips_and_takes_a_later_path():
+    speed = Speed("CPU: test", 256, 450, {"keras": PathSpeed(10.0, 8.0, "tensorflow")})
+    again = Speed.from_dict(json.loads(json.dumps(speed.as_dict())))
+    assert again == speed
+    onnx = PathSpeed(12.0, None, "onnxruntime:CPUExecutionProvider", "model.onnx does not run as written")
+    more = speed.with_path("onnx", onnx)
+    assert list(more.paths) == ["keras", "onnx"] and list(speed.paths) == ["keras"]  # the original is unchanged
+    assert more.as_dict()["paths"]["onnx"]["ratio"] is None
+    assert more.summary.startswith("keras 1.25x as fast as float32")
+    assert "onnx not timed: model.onnx does not run as written" in more.summary
+
+
+# --- activation memory, by hand -----------------------------------------------------
+
+
+def test_activation_memory_is_computed_from_output_shapes_and_dtypes(K):
+    original, model, _ = converted(K, "mixed_float16")
+    batch = 64
+    # Inputs do not count. float32: hidden 16 + output 4 values per row, 4 bytes each.
+    float32_bytes = batch * (16 + 4) * 4  # 5120
+    # Converted: hidden in float16 (2 bytes); the model output stays float32.
+    converted_bytes = batch * (16 * 2 + 4 * 4)  # 3072
+    found = activation_memory(original, model, batch)
+    assert found == {
+        "batch": batch,
+        "float32_bytes": float32_bytes,
+        "converted_bytes": converted_bytes,
+        "ratio": converted_bytes / float32_bytes,  # 0.6
+        "method": COMPUTED,
+        "unknown_layers": [],
+    }
+
+
+def test_a_shared_layer_counts_once_per_call(K):
+    x = K.Input((8,), name="features")
+    shared = K.layers.Dense(8, name="shared")
+    model = K.Model(x, shared(shared(x)))
+    assert activation_bytes(model, 3) == (2 * 3 * 8 * 4, [])  # two calls of 8 float32 values per row
+
+
+def test_a_dynamic_dimension_is_listed_not_guessed():
+    import keras
+
+    x = keras.Input((None, 8), name="tokens")
+    h = keras.layers.Dense(16, name="per_step")(x)
+    model = keras.Model(x, keras.layers.GlobalAveragePooling1D(name="pool")(h))
+    total, unknown = activation_bytes(model, 2)
+    assert unknown == ["per_step"] and total == 2 * 16 * 4  # only the pooled output has a known size
+
+
+# --- ONNX (--bench-onnx) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_onnx_speed_times_the_file_against_a_float32_export(tmp_path, policy):
+    import keras
+
+    from mpconvert.artifacts import _input_specs
+    from mpconvert.onnx.export import keras_to_onnx
+    from mpconvert.onnx.run import cuda_usable
+    from mpconvert.signature import signature_of
+
+    original, model, rows = converted(keras, policy)
+    path = tmp_path / "model.onnx"
+    keras_to_onnx(model, _input_specs(signature_of(model)), path)
+    timing = measure_onnx_speed(original, path, [rows], batch=BATCH, repeats=3, budget_s=0.1)
+    assert timing.float32_ms > 0 and timing.runtime.startswith("onnxruntime:")
+    assert list(tmp_path.iterdir()) == [path]  # the float32 export was temporary
+    if policy == "mixed_bfloat16" and not cuda_usable():
+        # The CPU provider has no bfloat16 MatMul: said, not timed on an emulated copy.
+        assert timing.converted_ms is None and timing.ratio is None
+        assert "model.onnx does not run as written on onnxruntime:CPUExecutionProvider" in timing.note
+    else:
+        assert timing.converted_ms > 0 and timing.ratio == timing.float32_ms / timing.converted_ms
+
+
+# --- hardware facts and warnings --------------------------------------------------------
+
+PLAIN_CPU = Hardware("AMD EPYC", ())
+BF16_CPU = Hardware("AMD EPYC 9454", ("avx512f", "avx512_bf16"))
+SAPPHIRE_RAPIDS = Hardware("Intel Xeon", ("avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"))
+
+
+def gpu_machine(cc):
+    return Hardware("host", (), (Gpu("Tesla P100" if cc and cc < (7, 0) else "A GPU", cc),))
+
+
+@pytest.mark.parametrize(
+    "hardware,policy,needle",
+    [
+        (PLAIN_CPU, "mixed_float16", "no float16 units on this CPU: neither avx512_fp16 nor amx_fp16"),
+        (PLAIN_CPU, "mixed_bfloat16", "no bfloat16 units on this CPU: neither avx512_bf16 nor amx_bf16"),
+        (BF16_CPU, "mixed_float16", "no float16 units on this CPU"),
+        (BF16_CPU, "mixed_bfloat16", None),
+        (SAPPHIRE_RAPIDS, "mixed_float16", None),
+        (gpu_machine((6, 1)), "mixed_float16", "no float16 Tensor Cores on Tesla P100: compute capability 6.1, they need 7.0"),
+        (gpu_machine((7, 5)), "mixed_float16", None),
+        (gpu_machine((7, 5)), "mixed_bfloat16", "compute capability 7.5, they need 8.0"),
+        (gpu_machine((8, 0)), "mixed_bfloat16", None),
+        (gpu_machine(None), "mixed_float16", None),  # unknown: no warning on a guess
+        (Hardware("host", (), (), tpus=8), "mixed_float16", "TPUs have no float16 units"),
+        (Hardware("host", (), (), tpus=8), "mixed_bfloat16", None),
+    ],
+)
+def test_warning_for_a_policy_on_faked_hardware(hardware, policy, needle):
+    warning = warning_for(policy, hardware)
+    if needle is None:
+        assert warning is None
+    else:
+        assert warning.startswith(f"{policy} may run slower than float32 here (") and needle in warning
+        assert "\n" not in warning and "mpconvert doctor" in warning
+
+
+def test_warning_for_an_unknown_policy_names_the_valid_ones():
+    with pytest.raises(MpconvertError, match="unknown policy 'float8'"):
+        warning_for("float8", PLAIN_CPU)
+
+
+def test_the_device_says_where_tensorflow_runs():
+    assert PLAIN_CPU.device == "CPU: AMD EPYC"
+    assert gpu_machine((9, 0)).device == "GPU: A GPU"
+    assert gpu_machine((9, 0)).as_dict()["gpus"] == [
+        {"name": "A GPU", "compute_capability": "9.0", "float16_tensor_cores": True, "bfloat16_tensor_cores": True}
+    ]
+    assert fast_units(gpu_machine((9, 0)), "bfloat16") == (True, "bfloat16 Tensor Cores on A GPU (compute capability 9.0)")
+
+
+def test_cpu_features_are_read_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC 9454 48-Core Processor\n"
+        "flags\t\t: fpu avx2 avx512f avx512_bf16 avx512vl\n\nprocessor\t: 1\nmodel name\t: AMD EPYC 9454 48-Core Processor\n"
+    )
+    assert read_cpu(cpuinfo) == ("AMD EPYC 9454 48-Core Processor", ("avx512f", "avx512_bf16"))
+    assert read_cpu(tmp_path / "missing")[1] == ()
+
+
+# --- the doctor ---------------------------------------------------------------------------
+
+
+def bench(float16, bfloat16):
+    """A TensorFlow benchmark result with these (matmul, conv) speed-ups over float32; None: no kernel."""
+
+    def entry(speedup):
+        if speedup is None:
+            return {"ms": None, "speedup": None, "note": "not supported: no kernel"}
+        return {"ms": 10.0 / speedup, "speedup": speedup, "note": None}
+
+    return {
+        op: {"shape": "...", "float32": entry(1.0), "float16": entry(float16[i]), "bfloat16": entry(bfloat16[i])}
+        for i, op in enumerate(("matmul", "conv"))
+    }
+
+
+def test_the_doctor_recommends_the_policy_measured_faster():
+    found = doctor.recommend(BF16_CPU, bench(float16=(0.5, 0.8), bfloat16=(1.7, 1.2)))
+    assert found.policy == "mixed_bfloat16"
+    assert found.lines[0] == "mixed_bfloat16: matmul 1.70x, conv 1.20x faster than float32 in TensorFlow here (CPU: AMD EPYC 9454)"
+    assert found.lines[1] == (
+        "mixed_float16 will not pay here: matmul 0.50x, conv 0.80x of float32's speed in TensorFlow "
+        "(no float16 units on this CPU: neither avx512_fp16 nor amx_fp16)"
+    )
+    assert found.policies["mixed_bfloat16"]["speedup"] == pytest.approx((1.7 * 1.2) ** 0.5, abs=1e-3)
+    assert found.policies["mixed_float16"]["pays"] is False
+
+
+def test_the_doctor_keeps_float32_when_nothing_pays():
+    found = doctor.recommend(PLAIN_CPU, bench(float16=(0.6, 0.9), bfloat16=(1.05, 1.0)))
+    assert found.policy is None
+    assert found.lines[0].startswith("keep float32 here: neither policy is at least 1.1x as fast as float32")
+    assert all(any(p in line for line in found.lines) for p in POLICIES)  # each policy is named with its numbers
+
+
+def test_the_doctor_says_not_supported_for_a_missing_kernel():
+    found = doctor.recommend(PLAIN_CPU, bench(float16=(2.0, 2.0), bfloat16=(None, None)))
+    assert found.policy == "mixed_float16"
+    assert "mixed_bfloat16 will not pay here: matmul not supported, conv not supported" in found.lines[1]
+    # A policy that runs the matmul fast but has no conv kernel does not pay.
+    partial = doctor.recommend(PLAIN_CPU, bench(float16=(0.5, 0.5), bfloat16=(2.0, None)))
+    assert partial.policy is None and partial.policies["mixed_bfloat16"]["speedup"] is None
+
+
+def test_doctor_json_has_every_section(monkeypatch):
+    # Tiny shapes: the structure is the point, not the numbers.
+    monkeypatch.setattr(doctor, "MATMUL", (8, 16, 16))
+    monkeypatch.setattr(doctor, "CONV", (2, 8, 8, 4, 4))
+    result = CliRunner().invoke(cli, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert set(found) == {"hardware", "onnxruntime", "versions", "benchmark", "recommendation"}
+    assert set(found["hardware"]) == {"device", "cpu", "cpu_features", "gpus", "tpus"}
+    assert set(found["hardware"]["cpu_features"]) == {"avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"}
+    assert "CPUExecutionProvider" in found["onnxruntime"]["usable"]
+    assert found["versions"]["tensorflow"] and found["versions"]["mpconvert"]
+    tf_bench = found["benchmark"]["tensorflow"]
+    assert tf_bench["device"] == found["hardware"]["device"]
+    for op in ("matmul", "conv"):
+        assert tf_bench[op]["float32"]["ms"] > 0 and tf_bench[op]["float32"]["speedup"] == 1.0
+        for dtype in ("float16", "bfloat16"):
+            entry = tf_bench[op][dtype]
+            assert (entry["ms"] is None) == (entry["note"] is not None)
+    cpu = found["benchmark"]["onnxruntime"]["CPUExecutionProvider"]
+    assert cpu["matmul"]["float32"]["ms"] > 0
+    if "CUDAExecutionProvider" not in found["onnxruntime"]["usable"]:
+        assert cpu["matmul"]["bfloat16"]["note"].startswith("not supported")  # no bfloat16 MatMul on the CPU provider
+    recommendation = found["recommendation"]
+    assert recommendation["policy"] in (None, *POLICIES)
+    assert set(recommendation["policies"]) == set(POLICIES)
+    assert any(policy in recommendation["lines"][0] for policy in POLICIES) or recommendation["policy"] is None
+
+
+def test_doctor_prints_the_facts_the_table_and_the_recommendation(monkeypatch):
+    monkeypatch.setattr(doctor, "MATMUL", (8, 16, 16))
+    monkeypatch.setattr(doctor, "CONV", (2, 8, 8, 4, 4))
+    result = CliRunner().invoke(cli, ["doctor"])
+    assert result.exit_code == 0, result.output
+    for needle in ("mpconvert doctor: TensorFlow runs on", "avx512_bf16", "ONNX Runtime providers:",
+                   "micro-benchmark", "8x16 @ 16x16", "recommendation:"):  # fmt: skip
+        assert needle in result.output
+
+
+# --- the speed gate, on hand-written reports ---------------------------------------------------
+
+SPEED_SECTION = {
+    "device": "CPU: AMD EPYC",
+    "batch": 256,
+    "rows": 450,
+    "paths": {
+        "keras": {"float32_ms": 60.0, "converted_ms": 50.0, "ratio": 1.2, "runtime": "tensorflow", "note": None},
+        "savedmodel": {"float32_ms": 52.0, "converted_ms": 32.5, "ratio": 1.6, "runtime": "tensorflow", "note": None},
+    },
+    "memory": {"batch": 256, "float32_bytes": 2000, "converted_bytes": 1000, "ratio": 0.5, "method": COMPUTED,
+               "unknown_layers": []},  # fmt: skip
+    "summary": "...",
+}
+
+
+def speed_checks(speed, min_speedup):
+    report = make_report(validation={"drop": 0.0})
+    if speed is not None:
+        report["speed"] = speed
+    return {c.name: c for c in evaluate(report, thresholds(min_speedup=min_speedup)).checks}
+
+
+@pytest.mark.parametrize("min_speedup,passed", [(1.2, True), (1.6, True), (1.61, False)], ids=["loose", "exact", "tight"])
+def test_the_speed_check_judges_the_savedmodel_path(min_speedup, passed):
+    check = speed_checks(SPEED_SECTION, min_speedup)[SPEED]
+    assert check.passed is passed
+    assert check.values["path"] == "savedmodel" and check.values["ratio"] == 1.6
+    sign = ">=" if passed else "<"
+    assert check.message == (
+        f"savedmodel 1.60x as fast as float32 (52 ms -> 32.5 ms, batch 256, CPU: AMD EPYC) {sign} min {min_speedup:.2f}x"
+    )
+
+
+def test_the_speed_check_falls_back_to_the_keras_path():
+    speed = json.loads(json.dumps(SPEED_SECTION))
+    speed["paths"]["savedmodel"].update(converted_ms=None, ratio=None, note="not timed")
+    check = speed_checks(speed, 1.3)[SPEED]
+    assert not check.passed and check.values["path"] == "keras"
+    assert check.message.startswith("keras 1.20x as fast as float32") and check.message.endswith("< min 1.30x")
+
+
+def test_the_speed_check_fails_when_speed_was_not_measured():
+    check = speed_checks(None, 1.2)[SPEED]
+    assert not check.passed and check.values["ratio"] is None
+    assert check.message.startswith("speed was not measured")
+
+
+def test_the_speed_check_is_off_by_default():
+    assert SPEED not in speed_checks(SPEED_SECTION, None)
+    assert Thresholds.defaults("mixed_float16").min_speedup is None
+
+
+def test_old_thresholds_load_and_the_option_overrides_them():
+    old = {k: v for k, v in thresholds().as_dict().items() if k != "min_speedup"}
+    loaded = Thresholds.from_dict(old)
+    assert loaded.min_speedup is None
+    assert loaded.overridden(GateOptions(min_speedup=1.2), "accuracy").min_speedup == 1.2
+    assert thresholds(min_speedup=1.5).overridden(GateOptions(), "accuracy").min_speedup == 1.5  # stored value kept
+    with pytest.raises(MpconvertError, match="min_speedup=0"):
+        GateOptions(min_speedup=0)
+
+
+def test_the_speed_check_is_a_junit_case_and_a_markdown_row(tmp_path):
+    report = make_report(validation={"drop": 0.0}, speed=SPEED_SECTION)
+    gate = evaluate(report, thresholds(min_speedup=2.0))
+    judged = {**report, "passed": gate.passed, "gate": gate.as_dict()}
+    write_junit(judged, tmp_path / "junit.xml")
+    (suite,) = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
+    assert [case.name for case in suite if not case.is_passed] == [SPEED]
+    text = markdown(judged)
+    assert "| speed | ❌ **fail** | savedmodel 1.60x as fast as float32" in text
+    assert "Speed (CPU, batch 256): keras 1.20x, savedmodel 1.60x faster than float32; activations 0.50x (computed)." in text
+
+
+def test_the_summary_line_for_speed_and_memory(capsys):
+    report = make_report(speed=SPEED_SECTION)
+    assert speed_line(report) == (
+        "speed (CPU, batch 256): keras 1.20x, savedmodel 1.60x faster than float32; activations 0.50x (computed)"
+    )
+    slower = json.loads(json.dumps(SPEED_SECTION))
+    for path in slower["paths"].values():
+        path["ratio"] = 0.5
+    slower["paths"]["onnx"] = {"float32_ms": 1.0, "converted_ms": None, "ratio": None, "runtime": "x", "note": "n"}
+    assert speed_line(make_report(speed=slower)).startswith(
+        "speed (CPU, batch 256): keras 0.50x, savedmodel 0.50x float32's speed (slower); onnx not timed"
+    )
+    assert speed_line(make_report()) is None
+    gate = evaluate(report, thresholds())
+    render_summary({**report, "passed": gate.passed, "gate": gate.as_dict()})
+    assert "speed (CPU, batch 256): keras 1.20x" in capsys.readouterr().out
+
+
+# `mpconvert check --min-speedup` needs the pipeline's wiring: the flag on
+# `check`, api.gate_options(min_speedup=...), and a `speed` field in Report
+# (Report.from_dict keeps only its fields, so without it the section is lost).
+_check_flags = {p.name for p in cli.commands["check"].params}
+needs_wiring = pytest.mark.skipif(
+    "min_speedup" not in _check_flags or "speed" not in {f.name for f in dataclasses.fields(Report)},
+    reason="waits for the wiring: `check --min-speedup` and Report.speed",
+)
+
+
+@needs_wiring
+@pytest.mark.parametrize("min_speedup,code", [("1.2", 0), ("1.7", 3)])
+def test_check_re_applies_min_speedup_from_the_report(tmp_path, min_speedup, code):
+    content = stored(make_report(validation={"drop": 0.0}), thresholds())
+    content["speed"] = SPEED_SECTION
+    path = write(tmp_path / "report.json", content)
+    result = CliRunner().invoke(cli, ["check", str(path), "--min-speedup", min_speedup, "--json"])
+    assert result.exit_code == code, result.output
+    (check,) = [c for c in json.loads(result.stdout)["gate"]["checks"] if c["name"] == SPEED]
+    assert check["passed"] is (code == 0) and check["values"]["ratio"] == 1.6
+
+
+@needs_wiring
+def test_check_min_speedup_on_a_report_without_speed_fails(tmp_path):
+    path = write(tmp_path / "report.json", stored(make_report(validation={"drop": 0.0}), thresholds()))
+    result = CliRunner().invoke(cli, ["check", str(path), "--min-speedup", "1.2"])
+    assert result.exit_code == 3, result.output
+    assert "FAIL speed: speed was not measured" in result.output
