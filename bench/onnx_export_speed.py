@@ -6,11 +6,13 @@ mixed_float16 and mixed_bfloat16 (`rewrite`, what `mpconvert.convert`
 builds: the float32 softmax head split off), the same model object is
 exported by `mpconvert.onnx.export.keras_to_onnx` and by
 `tf2onnx.convert.from_keras(model, input_signature=specs, opset=17,
-output_path=...)`, alternately, `--runs` times each (median reported), in
-this one process after one untimed warm-up export of a small model by each
-path (imports, first tracing). Then both files run in ONNX Runtime on the
-same inputs (max |diff|), and their contents are compared up to node
-names: initializer values (dtype, shape, bytes) and op-type counts.
+output_path=...)`, alternately, `--runs` times each, in this one process
+after one untimed warm-up export of a small model by each path (imports,
+first tracing). The ratio is of median wall-clock times; the CPU ratio, of
+median process CPU times, moves less when others share the machine. Then
+both files run in ONNX Runtime on the same inputs (max |diff|), and their
+contents are compared up to node names: initializer values (dtype, shape,
+bytes) and op-type counts.
 
 tf2onnx 1.17 writes an invalid graph for a mixed_bfloat16 model (it maps
 tf.bfloat16 to FLOAT16), so for bfloat16 only the times are compared.

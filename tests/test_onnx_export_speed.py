@@ -1,7 +1,7 @@
 """The fast ONNX export writes what tf2onnx writes.
 
 keras_to_onnx skips copies that tf2onnx makes of every weight (see
-`_lean_tf2onnx`, `_take_weights`, `_check`, graph.without_weights); these
+`_lean_tf2onnx`, `_take_weights`, `checks.check`, graph.without_weights); these
 tests hold its file to a bare tf2onnx.convert.from_keras of the same model:
 the same initializer values, the same op types, the same outputs. Timing
 is measured by bench/onnx_export_speed.py, not asserted here.

@@ -19,7 +19,7 @@ GELU's Erfc had no handler. That code also skips what made tf2onnx slow on
 25M-parameter models (a deep copy of the graph before each optimizer,
 re-importing the frozen graph, reading 16-bit weights element by element):
 ResNet50 converts in 7.7 s instead of 17.5 s, ConvNeXtTiny in 15 s instead
-of 27 s, on 2 cores. `_lean_tf2onnx`, `_take_weights` and `_check` skip the
+of 27 s, on 2 cores. `_lean_tf2onnx`, `_take_weights` and `checks.check` skip the
 copies of every weight that tf2onnx and onnx make and never read (most of
 the time went to page faults on fresh copies): the whole export of
 Dense(4096)x2 takes 3.1-3.4 s instead of 13.6-14.5 s, ResNet50's 4.3-4.5 s
@@ -44,12 +44,11 @@ import tensorflow as tf
 from onnx import TensorProto
 
 from mpconvert.errors import MpconvertError
-from mpconvert.onnx.graph import fed_inputs, graphs, schema
+from mpconvert.onnx.checks import check, check_inputs, layer_of, reject_unconverted_ops  # noqa: F401 (layer_of: tests)
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
 from mpconvert.options import DEFAULT_OPSET, check_opset
 from mpconvert.signature import signature_of
 
-_PROTOBUF_LIMIT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ def keras_to_onnx(model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *
 
     proto, tf_dtypes, patched = _convert(model, specs, output_names, opset)
     reject_unconverted_ops(proto, model)
-    _check_inputs(proto, specs)
+    check_inputs(proto, specs)
 
     repairs: list[str] = []
     if tf.bfloat16 in tf_dtypes:
@@ -90,7 +89,7 @@ def keras_to_onnx(model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *
             repairs.extend(retype_float16_as_bfloat16(proto))
     for repair in REPAIRS:
         repairs.extend(repair(proto))
-    data = _check(proto, model)
+    data = check(proto, model)
 
     tmp = path.with_name(path.name + ".partial")
     try:
@@ -465,98 +464,3 @@ def _graph_dtypes(graph_def):
             elif kind == "tensor":
                 enums.add(attr.tensor.dtype)
     return {tf.dtypes.as_dtype(e) for e in enums if e}
-
-
-def layer_of(node_name, model):
-    """Best guess at the Keras layer a converted node came from.
-
-    A layer inside a nested model is named "outer/inner", as --keep-float32
-    accepts it.
-    """
-    with contextlib.suppress(Exception):
-        # Keras 3 on TF enters each layer's name scope twice, so TF makes
-        # "dense" unique as "dense_1", and a layer named "dense_1" shows as
-        # "dense_1_1": with both layers present, "dense_1" is "dense". tf-keras
-        # enters it once; only a shared layer's later calls get a suffix.
-        keras3 = any(c.__module__.split(".")[0] == "keras" for c in type(model).__mro__)
-        found, layers = [], {layer.name: layer for layer in model.layers}
-        for part in node_name.split("/"):
-            names = [part]
-            base, _, suffix = part.rpartition("_")
-            if base and suffix.isdigit():
-                names = [base, part] if keras3 else [part, base]
-            layer = next((layers[n] for n in names if n in layers), None)
-            if layer is None:
-                continue
-            found.append(layer.name)
-            layers = {inner.name: inner for inner in getattr(layer, "layers", None) or []}
-            if not layers:
-                break
-        return "/".join(found) or None
-    return None
-
-
-# Call wrappers are unconvertible because of what they call, so they are
-# named after the ops that are unconvertible themselves.
-_CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
-
-
-def reject_unconverted_ops(proto, model):
-    # process_tf_graph runs with continue_on_error=True, as from_function
-    # has it: ops tf2onnx cannot map stay in the graph under their TensorFlow
-    # op type, so that all of them can be named here with their layers.
-    opsets = {o.domain or "": o.version for o in proto.opset_import}
-    first = {}  # op type -> first node of that type
-    for g in graphs(proto.graph):
-        for n in g.node:
-            if schema(n, opsets.get(n.domain or "", 1)) is None:
-                first.setdefault(n.op_type, n)
-    if not first:
-        return
-    ops = sorted(first, key=lambda op: (op in _CALL_OPS, op))
-    blamed = []
-    for op in ops:
-        layer = layer_of(first[op].name, model)
-        blamed.append(f"{op} (node '{first[op].name}'" + (f" in layer '{layer}')" if layer else ")"))
-    layer = layer_of(first[ops[0]].name, model)
-    hint = "use --export savedmodel"
-    if layer:
-        hint += f", or --keep-float32 {layer} if the op only fails in 16-bit"
-    noun = "op" if len(ops) == 1 else "ops"
-    raise MpconvertError(f"tf2onnx cannot convert the TensorFlow {noun} {', '.join(blamed)} to ONNX", hint=hint)
-
-
-def _check_inputs(proto, specs):
-    # A graph input beyond the model's own (a tensor the trace captured and
-    # freezing left as a placeholder) is one that no caller knows to feed.
-    got = fed_inputs(proto)
-    want = [s.name for s in specs]
-    if got != want:
-        extra = [n for n in got if n not in want]
-        raise MpconvertError(f"the ONNX graph's inputs are {got}, not the model's {want}"
-                             + (f": {extra} came from tensors the model captures" if extra else ""),
-                             hint="use --export savedmodel")
-
-
-def _check(proto, model):
-    """Check the model; returns it serialized.
-
-    Serialized once for the size limit, the checker and the file: upb's
-    ByteSize, check_model and onnx.save each serialize the whole model.
-    ResNet50's 100 MB: checked and written in 0.5 s instead of 0.8 s.
-    """
-    try:
-        data = proto.SerializeToString()
-    except ValueError:  # protobuf's answer past the limit, as onnx.save expects
-        data = None
-    if data is None or len(data) > _PROTOBUF_LIMIT:
-        raise MpconvertError("the ONNX model is over the 2 GiB protobuf limit, and tf2onnx's external-data "
-                             "mode does not work with NumPy 2", hint="use --export savedmodel")
-    try:
-        onnx.checker.check_model(data, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        msg = str(exc).strip().splitlines()[0]
-        layer = next((layer_of(n.name, model) for n in proto.graph.node if n.name and n.name in msg), None)
-        hint = "use --export savedmodel" + (f", or --keep-float32 {layer}" if layer else "")
-        raise MpconvertError(f"the converted ONNX graph is invalid: {msg}", hint=hint) from exc
-    return data
