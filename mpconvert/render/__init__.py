@@ -297,7 +297,7 @@ class LiveDisplay(_Live):
     """Stage names and a fine-tuning progress bar."""
 
     def hooks(self):
-        from .pipeline import Hooks
+        from ..pipeline import Hooks
 
         if not self.progress:
             return Hooks(warning=self._warn if not self.quiet else lambda text: None)
