@@ -23,8 +23,8 @@ of 27 s, on 2 cores. `_lean_tf2onnx`, `_take_weights` and `checks.check` skip th
 copies of every weight that tf2onnx and onnx make and never read (most of
 the time went to page faults on fresh copies): the whole export of
 Dense(4096)x2 takes 3.1-3.4 s instead of 13.6-14.5 s, ResNet50's 4.3-4.5 s
-instead of 8.2-8.4 s, 3.4x and 3.9x faster than a bare
-tf2onnx.convert.from_keras (bench/onnx_export_speed.py).
+instead of 8.2-8.4 s: 3.4-3.7x and 3.4-3.9x faster than a bare
+tf2onnx.convert.from_keras (bench/onnx_export_speed.py, two runs).
 """
 
 from __future__ import annotations
