@@ -83,16 +83,13 @@ def convert(model_path, out, policy, padded, *extra):
     return result, out / "report.json"
 
 
-# `make test` (CI) runs the architectures whose code paths are their own:
-# MobileNetV2 under both policies (Relu6's Clip in bfloat16), the grouped
-# convs and GELU of ConvNeXtTiny in float16, ResNet50's residual adds in
-# bfloat16. EfficientNetB0's captured tensors and padding are covered by
-# test_pad.py in every run; its full export and DenseNet121's, and the other
-# pairs (about 270 s on 2 cores), run with `make test-full`.
-IN_EVERY_RUN = {
-    ("MobileNetV2", "mixed_float16"), ("MobileNetV2", "mixed_bfloat16"),
-    ("ResNet50", "mixed_bfloat16"), ("ConvNeXtTiny", "mixed_float16"),
-}  # fmt: skip
+# `make test` (CI) runs MobileNetV2 under both policies (depthwise convs,
+# Relu6's Clip in bfloat16) and ResNet50's residual adds in bfloat16;
+# EfficientNetB0's captured tensors and padding are covered by test_pad.py in
+# every run. ConvNeXtTiny (grouped convs, GELU), DenseNet121 and the other
+# pairs (about 320 s on 2 cores) run with `make test-full`, which CI's
+# 15-minute budget cannot carry.
+IN_EVERY_RUN = {("MobileNetV2", "mixed_float16"), ("MobileNetV2", "mixed_bfloat16"), ("ResNet50", "mixed_bfloat16")}
 CASES = [
     pytest.param(name, policy, marks=() if (name, policy) in IN_EVERY_RUN else pytest.mark.full)
     for name in ARCHITECTURES
