@@ -246,7 +246,8 @@ def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) 
                     context.original, staging / "model.onnx", list(context.data.validation.inputs),
                     signature=context.signature, opset=options.export.opset,
                 )  # fmt: skip
-            measured = Speed.from_dict(speed) if speed else Speed(probe_hardware().device, timing_rows(context), timing_rows(context))
+            rows = context.data.validation.rows
+            measured = Speed.from_dict(speed) if speed else Speed(probe_hardware().device, min(SPEED_BATCH, rows), rows)
             speed = {**(speed or {}), **measured.with_path("onnx", timing).as_dict()}
         report = dataclasses.replace(
             converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings, speed=speed
@@ -255,10 +256,6 @@ def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) 
         for name, value in options.attachments:
             (staging / name).write_text(json.dumps(value, indent=2, allow_nan=False) + "\n")
     return report
-
-
-def timing_rows(context: Context) -> int:
-    return min(SPEED_BATCH, context.data.validation.rows)
 
 
 def convert_and_save(options: ConvertOptions, save_options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:

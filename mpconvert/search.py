@@ -48,10 +48,6 @@ class Search:
     outcome: str = ""  # "passed", "budget", "share"
     validation: dict | None = None  # of the final set
 
-    @property
-    def passed(self) -> bool:
-        return self.outcome == "passed"
-
     def as_dict(self) -> dict:
         return {
             "outcome": self.outcome,
