@@ -19,11 +19,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import MpconvertError
+from .errors import MpconvertError, WriteError
 from .frameworks import Framework
 from .options import ExportOptions
 from .signature import Signature
 from .validate import max_abs_diff, predict
+from .writing import writing
 
 
 @dataclass(frozen=True)
@@ -129,17 +130,42 @@ def export_all(
     if "onnx" in options.kinds:
         writers.append(("onnx", out / "model.onnx",
                         lambda path: _onnx(model, signature, path, rows, expected, options.opset)))  # fmt: skip
-    return [_guarded(kind, path, expected, write) for kind, path, write in writers]
+    needed = estimated_bytes(model, options.kinds, framework)
+    return [_guarded(kind, path, expected, write, needed) for kind, path, write in writers]
 
 
-def _guarded(kind: str, path: Path, expected: list, write: Callable[[Path], Artifact]) -> Artifact:
+# Bytes of graph, metadata and report beside the weights in an output folder
+# (a few hundred KB for the sample models); a floor for the estimate.
+_OVERHEAD = 1 << 20
+
+
+def estimated_bytes(model: Any, kinds: tuple[str, ...], framework: Framework) -> int:
+    """About how much an output folder takes: the weights once per file that holds them.
+
+    A SavedModel and a .keras file keep float32 variables; the ONNX file
+    keeps 16-bit weights (half).
+    """
+    weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
+    copies = 0.0
+    if "savedmodel" in kinds:
+        copies += 2.0 if framework.is_keras3 else 1.0  # the SavedModel, and model.keras beside it
+    if "onnx" in kinds:
+        copies += 0.5
+    return int(weights * copies) + _OVERHEAD
+
+
+def _guarded(kind: str, path: Path, expected: list, write: Callable[[Path], Artifact], needed: int) -> Artifact:
     """`write(path)`, or a failed Artifact with the reason when it raises an MpconvertError.
 
     A half-written file is removed: nothing in the output folder may look
-    like an artifact that was not checked.
+    like an artifact that was not checked. A full disk (WriteError) fails
+    the whole run instead: no other artifact would fit either.
     """
     try:
-        return write(path)
+        with writing(path, f"the {kind} artifact", needed):
+            return write(path)
+    except WriteError:
+        raise
     except MpconvertError as exc:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)

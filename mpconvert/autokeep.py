@@ -38,7 +38,7 @@ class AutoKeep:
 
 def _original_names(plan: Plan) -> dict[str, str]:
     """Plan name -> the original model's layer name (a split head's 16-bit part is NAME_linear)."""
-    split = {s.linear_name: s.path for s in plan.splits}
+    split = {s.path.rpartition("/")[0] + ("/" if "/" in s.path else "") + s.linear_name: s.path for s in plan.splits}
     return {name: split.get(name, name) for name in plan.mixed}
 
 
@@ -46,7 +46,7 @@ def keep_by_lint(context: Context, options: RewriteOptions) -> tuple[Lint, Rewri
     """Lint the float32 model; the rewrite options with what it flags kept float32."""
     original = context.original
     plan = plan_conversion(model_config(original), model_class(original), options)
-    candidates = {name for name in _original_names(plan).values() if "/" not in name}
+    candidates = set(_original_names(plan).values())
     rows = [x[:LINT_ROWS] for x in context.data.validation.inputs]
     found = lint(original, context.framework, context.precision, rows, candidates)
     return found, dataclasses.replace(options, auto_keep=options.auto_keep + tuple(found.keep.items()))
@@ -74,13 +74,13 @@ def keep_by_search(
 ) -> tuple[Search, RewriteOptions]:  # fmt: skip
     """Search for the layers to keep; the rewrite options with them kept (unchanged if none passes)."""
     original = context.original
+    names = _original_names(rewritten.plan)
     found = search(
         context, rewritten.plan, model_config(original), model_class(original),
-        lambda v: passes(v, thresholds), auto.search_budget, smoke, rewritten.model,
+        lambda v: passes(v, thresholds), auto.search_budget, smoke, rewritten.model, names,
     )  # fmt: skip
     if found.validation is None:
         return found, options
-    names = _original_names(rewritten.plan)
     reason = _reason(before, found.validation)
     extra = tuple((names.get(name, name), reason) for name in found.kept)
     return found, dataclasses.replace(options, auto_keep=options.auto_keep + extra)

@@ -16,3 +16,11 @@ class MpconvertError(Exception):
         self.message = message
         self.hint = hint
         super().__init__(message if hint is None else f"{message}\n  fix: {hint}")
+
+
+class WriteError(MpconvertError):
+    """Writing the output failed for a reason of the machine's (a full disk, a read-only file system).
+
+    The whole run fails with it (exit 1, nothing left behind), where other
+    errors while exporting one artifact only fail that artifact.
+    """

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterator
@@ -72,11 +73,44 @@ class Framework:
         return type(model).from_config(config)
 
     def rebuild(self, model: Any, config: dict) -> Any:
-        """A new model of `model`'s class from `config`, with `model`'s weights."""
+        """A new model of `model`'s class from `config`, with all of `model`'s state."""
+        from .state import copy_model_state
+
         with self.preserved_global_policy():
             new = self.model_from_config(model, config)
-        new.set_weights(model.get_weights())
+        copy_model_state(self, model, new)
         return new
+
+    def copy_layer_state(self, old: Any, new: Any) -> None:
+        """Give `new`, a rebuild of layer `old` from its config, all of `old`'s state.
+
+        Weights are not all of it: an adapted Normalization derives the mean
+        and variance it uses from its adapt weights in `finalize_state()`,
+        and an adapted lookup layer keeps its vocabulary in a table that
+        neither its config nor its weights hold. State is restored the way
+        each framework's own loader restores it: Keras 3 per (sub)layer
+        through `save_own_variables`/`load_own_variables` (which finalize)
+        and `save_assets`/`load_assets` (vocabularies); tf-keras through
+        `set_weights`, then `finalize_state()` as its h5 loader does, and the
+        vocabulary of lookup layers, which its h5 files do not keep.
+        """
+        if not self.is_keras3:
+            new.set_weights(old.get_weights())
+        pairs = list(zip(old._flatten_layers(include_self=True), new._flatten_layers(include_self=True)))
+        for source, target in pairs:
+            if self.is_keras3:
+                store: dict = {}
+                source.save_own_variables(store)
+                target.load_own_variables(store)
+                if hasattr(source, "save_assets") and hasattr(target, "load_assets"):
+                    with tempfile.TemporaryDirectory(prefix="mpconvert-assets-") as folder:
+                        source.save_assets(folder)
+                        target.load_assets(folder)
+                continue
+            if hasattr(source, "get_vocabulary") and getattr(target, "input_vocabulary", None) is None:
+                _copy_vocabulary(source, target)
+            if hasattr(target, "finalize_state") and target.weights:
+                target.finalize_state()
 
     # --- training: the two loss-scaling APIs ---------------------------------
 
@@ -119,6 +153,15 @@ class Framework:
 
     def loss_function(self, identifier: Any) -> Any:
         return self.module.losses.get(identifier)
+
+
+def _copy_vocabulary(source: Any, target: Any) -> None:
+    """An adapted tf-keras lookup layer's vocabulary (and tf-idf weights) into its rebuild."""
+    vocabulary = source.get_vocabulary(include_special_tokens=True)
+    if not vocabulary or vocabulary == target.get_vocabulary(include_special_tokens=True):
+        return
+    idf = getattr(source, "idf_weights", None) if getattr(source, "output_mode", None) == "tf_idf" else None
+    target.set_vocabulary(vocabulary, idf_weights=None if idf is None else idf.numpy())
 
 
 KERAS3 = Framework("keras")

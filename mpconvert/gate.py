@@ -247,6 +247,13 @@ def check_accuracy(v: dict, max_drop: float) -> Check:
             f"accuracy not measured: no labelled data, only output drift (max abs diff {drift} "
             f"on {v['rows']} generated inputs)"
         )
+    elif v["drop"] is None:
+        # The metric itself is not finite (mse of NaN outputs): stored as null, never within a budget.
+        passed = False
+        message = (
+            f"{v['metric']} {_number(v['reference'])} -> {_number(v['converted'])}: "
+            f"the drop is not finite, so not within max {max_drop:.4f}"
+        )
     else:
         in_budget = within(v["drop"], max_drop)
         passed = in_budget and nonfinite == 0
@@ -255,12 +262,19 @@ def check_accuracy(v: dict, max_drop: float) -> Check:
             f"drop {v['drop']:.4f} {'<=' if in_budget else '>'} max {max_drop:.4f}"
         )
     if nonfinite:
-        # No budget can excuse NaN/inf: say so, with the way out.
+        # No budget can excuse NaN/inf: say so, where, and the way out.
+        where = v.get("nonfinite_by_output") or {}
+        named = f" ({', '.join(f'{n} in output {name!r}' for name, n in where.items())})" if where else ""
         message += (
-            f"; {nonfinite} NaN/inf output values: activations overflow 16 bits "
+            f"; {nonfinite} NaN/inf output values{named}: activations overflow 16 bits "
             "(try mixed_bfloat16 or --keep-float32 on the overflowing layers)"
         )
+        values["nonfinite_by_output"] = where or None
     return Check(ACCURACY, passed, message, values)
+
+
+def _number(value: float | None) -> str:
+    return "not finite" if value is None else f"{value:.4f}"
 
 
 def check_agreement(v: dict, min_agreement: float) -> Check | None:

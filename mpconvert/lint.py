@@ -31,9 +31,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .configs import model_config, tensor_refs
 from .frameworks import Framework
 from .precision import Precision
+from .trace import trace
 
 # An activation above half the format's maximum is flagged: unseen rows can
 # be twice as large as calibration rows without anyone noticing.
@@ -78,32 +78,6 @@ class Lint:
         return {"rows": self.rows, "findings": [asdict(f) for f in self.findings], "kept": sorted(self.keep)}
 
 
-def _consumers(config: dict) -> dict[str, list[str]]:
-    consumers: dict[str, list[str]] = {}
-    for entry in config["layers"]:
-        for source, _, _ in tensor_refs(entry.get("inbound_nodes", [])):
-            consumers.setdefault(source, []).append(entry["config"]["name"])
-    return consumers
-
-
-def layer_outputs(model: Any, framework: Framework, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Every top-level layer's output (first tensor) on `inputs`, in float32; shared layers left out."""
-    tensors, names = [], []
-    for layer in model.layers:
-        try:
-            output = layer.output
-        except (AttributeError, ValueError, RuntimeError):  # called more than once, or never
-            continue
-        if isinstance(output, (list, tuple)):
-            output = output[0]
-        tensors.append(output)
-        names.append(layer.name)
-    probe = framework.module.Model(model.inputs, tensors)
-    values = probe(inputs if len(inputs) > 1 else inputs[0], training=False)
-    values = values if isinstance(values, (list, tuple)) else [values]
-    return {name: np.asarray(value, dtype=np.float32) for name, value in zip(names, values)}
-
-
 def _float_config_values(config: Any, path: str = "") -> list[tuple[str, float]]:
     found = []
     if isinstance(config, dict):
@@ -111,7 +85,7 @@ def _float_config_values(config: Any, path: str = "") -> list[tuple[str, float]]
             if key in ("dtype", "seed", "build_config"):
                 continue
             found += _float_config_values(value, f"{path}.{key}" if path else key)
-    elif isinstance(config, list):
+    elif isinstance(config, (list, tuple)):
         for i, value in enumerate(config):
             found += _float_config_values(value, f"{path}[{i}]")
     elif isinstance(config, float):
@@ -163,9 +137,15 @@ def _information_loss(values: np.ndarray, precision: Precision) -> str | None:
     return f"varies by {spread:.3g} around {magnitude:.4g}, below {precision.compute_dtype}'s spacing {spacing:.3g} there"
 
 
-def _lint_input(name: str, value: np.ndarray, dtype: str, precision: Precision, flag_readers: Callable) -> None:
+def _lint_input(name: str, value: np.ndarray, precision: Precision, flag_readers: Callable) -> None:
     """A float input's readers cast it to 16 bits first: what the input carries must survive that."""
-    largest = float(np.abs(value).max(initial=0.0))
+    dtype = precision.compute_dtype
+    largest = float(np.abs(value[np.isfinite(value)]).max(initial=0.0))
+    if largest > precision.max_finite * OVERFLOW_MARGIN:
+        flag_readers(name, "input overflow",
+                     f"input {name!r} holds values up to {largest:.3g} > {dtype} max {precision.max_finite:g}",
+                     max=largest)  # fmt: skip
+        return
     if np.all(np.equal(np.mod(value, 1), 0)) and largest > EXACT_INTEGERS[dtype]:
         flag_readers(name, "input information loss",
                      f"input {name!r} holds integers up to {largest:.6g}, beyond {dtype}'s exact {EXACT_INTEGERS[dtype]}",
@@ -176,61 +156,82 @@ def _lint_input(name: str, value: np.ndarray, dtype: str, precision: Precision, 
         flag_readers(name, "input information loss", f"input {name!r} {lost}")
 
 
+def _floats(values: Any) -> list[np.ndarray]:
+    return [np.asarray(v, dtype=np.float32) for v in values if np.issubdtype(np.asarray(v).dtype, np.floating)]
+
+
+def _largest(values: list[np.ndarray]) -> float:
+    return max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in values), default=0.0)
+
+
 def lint(model: Any, framework: Framework, precision: Precision, inputs: list[np.ndarray], candidates: set[str]) -> Lint:
-    """Findings for the layers the plan would convert (`candidates`), on the float32 model."""
-    config = model_config(model)
-    consumers = _consumers(config)
-    entries = {e["config"]["name"]: e for e in config["layers"]}
-    outputs = layer_outputs(model, framework, inputs)
+    """Findings for the layers the plan would convert (`candidates`, by path), on the float32 model.
+
+    Every layer call is checked (nested models' layers under their paths,
+    a shared layer on each of its calls), on every output tensor.
+    """
+    calls = trace(model, inputs)
+    readers: dict[str, list[str]] = {}
+    for call in calls:
+        for source in dict.fromkeys(call.sources):
+            readers.setdefault(source, []).append(call.path)
     limit = precision.max_finite * OVERFLOW_MARGIN
     dtype = precision.compute_dtype
-    findings: list[Finding] = []
+    findings: dict[tuple[str, str], Finding] = {}
 
     def flag(layer: str, kind: str, message: str, **values: Any) -> None:
         if layer in candidates:
-            findings.append(Finding(layer, kind, message, values))
+            findings.setdefault((layer, kind), Finding(layer, kind, message, values))
 
     def flag_readers(source: str, kind: str, message: str, **values: Any) -> None:
-        for reader in consumers.get(source, []):
+        for reader in readers.get(source, []):
             flag(reader, kind, message, source=source, **values)
 
-    for layer in model.layers:
-        name, cls = layer.name, type(layer).__name__
-        value = outputs.get(name)
-        if cls == "InputLayer":
-            if value is not None and np.issubdtype(value.dtype, np.floating):
-                _lint_input(name, value, dtype, precision, flag_readers)
+    for call in calls:
+        name, cls = call.path, call.class_name
+        if call.layer is None:  # a model input
+            for value in _floats(call.outputs):
+                _lint_input(name, value, precision, flag_readers)
             continue
         normalizing = cls in _NORMALIZING and computes_in_float32(framework, cls, precision.name)
-        for path, number in _float_config_values(entries.get(name, {}).get("config", {})):
-            if abs(number) > precision.max_finite:
-                flag(name, "constant", f"config {path} = {number:g} overflows {dtype} (max {precision.max_finite:g})",
-                     value=number)  # fmt: skip
-            elif "epsilon" in path and 0 < number < SMALLEST[dtype] and not normalizing:
-                flag(name, "epsilon", f"epsilon {number:g} is 0 in {dtype} (smallest {SMALLEST[dtype]:g})", value=number)
+        if call.index == 0:  # what the layer holds is the same on every call
+            _lint_held(call.layer, name, cls, precision, normalizing, flag)
         if cls in _NORMALIZING and not normalizing:
-            sources = [ref[0] for ref in tensor_refs(entries.get(name, {}).get("inbound_nodes", []))]
-            seen = outputs.get(sources[0]) if sources else None
-            square = float(np.abs(seen[np.isfinite(seen)]).max(initial=0.0)) ** 2 if seen is not None else 0.0
+            square = _largest(_floats(call.input_values[:1])) ** 2
             if square > limit:
                 flag(name, "intermediate overflow",
                      f"squares its input (up to {square:.3g}) > {dtype} max {precision.max_finite:g}", max=square)  # fmt: skip
-        weights = [w for w in layer.get_weights() if np.issubdtype(w.dtype, np.floating) and w.size]
-        biggest = max((float(np.abs(w).max()) for w in weights), default=0.0)
-        if biggest > precision.max_finite:
-            flag(name, "weights", f"weights up to {biggest:.3g} > {dtype} max {precision.max_finite:g}", max=biggest)
-        if value is None:
-            continue
-        finite = value[np.isfinite(value)]
-        largest = float(np.abs(finite).max(initial=0.0))
+        outputs = _floats(call.outputs)
+        largest = _largest(outputs)
         if largest > limit:
             message = f"output max {largest:.3g} > {dtype} max {precision.max_finite:g}"
             flag(name, "overflow", message, max=largest)
             flag_readers(name, "input overflow", f"reads {name!r}: input max {largest:.3g} > {dtype} max {precision.max_finite:g}",
                          max=largest)  # fmt: skip
             continue
-        lost = _information_loss(value, precision)
+        lost = next(filter(None, (_information_loss(v, precision) for v in outputs)), None)
         if lost:
             flag(name, "information loss", f"output {lost}")
             flag_readers(name, "input information loss", f"reads {name!r}, whose output {lost}")
-    return Lint(len(inputs[0]), tuple(findings))
+    return Lint(len(inputs[0]), tuple(findings.values()))
+
+
+def _lint_held(layer: Any, name: str, cls: str, precision: Precision, normalizing: bool, flag: Callable) -> None:
+    """Config constants and weights beyond the 16-bit range, and epsilons it cannot hold."""
+    if not hasattr(layer, "get_weights"):  # a plain operation (keras.ops.not_equal for a mask): holds nothing
+        return
+    dtype = precision.compute_dtype
+    try:
+        config = layer.get_config()
+    except Exception:  # a custom layer without get_config: nothing to read
+        config = {}
+    for path, number in _float_config_values(config):
+        if abs(number) > precision.max_finite:
+            flag(name, "constant", f"config {path} = {number:g} overflows {dtype} (max {precision.max_finite:g})",
+                 value=number)  # fmt: skip
+        elif "epsilon" in path and 0 < number < SMALLEST[dtype] and not normalizing:
+            flag(name, "epsilon", f"epsilon {number:g} is 0 in {dtype} (smallest {SMALLEST[dtype]:g})", value=number)
+    weights = [w for w in layer.get_weights() if np.issubdtype(w.dtype, np.floating) and w.size]
+    biggest = max((float(np.abs(w).max()) for w in weights), default=0.0)
+    if biggest > precision.max_finite:
+        flag(name, "weights", f"weights up to {biggest:.3g} > {dtype} max {precision.max_finite:g}", max=biggest)

@@ -19,14 +19,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import glob
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import MpconvertError
+from .writing import writing
 
 _LOCK_SUFFIX = ".mpconvert-lock"
 _STAGING = re.compile(r"^\.(?P<name>.+)\.(?:partial|old)-(?P<pid>\d+)-")
@@ -106,42 +108,142 @@ def _remove_created(created: list[Path]) -> None:
             path.rmdir()  # only if still empty
 
 
+def _lock_path(out: Path, part: str = "") -> Path:
+    return out.parent / f".{out.name}{part}{_LOCK_SUFFIX}"
+
+
 def _lock(out: Path) -> int:
     """An fd holding the exclusive flock on out's lock file; refuses a folder in use."""
-    path = out.parent / f".{out.name}{_LOCK_SUFFIX}"
+    return _take(_lock_path(out), out, shared=False, in_use=lambda owner: MpconvertError(
+        f"output folder {out} is in use by another mpconvert run (pid {owner})",
+        hint="wait for that run to finish, or choose another --out",
+    ))  # fmt: skip
+
+
+def _take(path: Path, out: Path, shared: bool, in_use: Callable[[str], MpconvertError]) -> int:
+    """An fd holding a flock on `path` (shared, or exclusive with our pid written in), or `in_use(owner)`."""
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
             raise _unwritable(out.parent, exc) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 raise _unwritable(out.parent, exc) from None
-            raise MpconvertError(
-                f"output folder {out} is in use by another mpconvert run (pid {owner})",
-                hint="wait for that run to finish, or choose another --out",
-            ) from None
+            raise in_use(owner) from None
         # The previous owner may have unlinked the file between our open and
         # our lock; a lock on a deleted file protects nothing, so start over.
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
             same = False
-        if same:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        if not same:
+            os.close(fd)
+            continue
+        if shared:  # several holders: the pid is in each one's own exclusive lock
             return fd
-        os.close(fd)
+        try:
+            with writing(path, "the lock file"):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            _release(path, fd)
+            raise
+        return fd
+
+
+def _release(path: Path, fd: int) -> None:
+    """Drop the lock and remove its file, unless another holder shares it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)  # a shared lock someone else still holds: the file stays theirs
+        return
+    with contextlib.suppress(OSError):
+        path.unlink()
+    os.close(fd)
 
 
 def _unlock(out: Path, fd: int) -> None:
+    _release(_lock_path(out), fd)
+
+
+def remove_dead_locks(parent: Path) -> list[Path]:
+    """Lock files in `parent` left by runs killed with SIGKILL (their pid is gone and nobody holds them)."""
+    removed = []
     with contextlib.suppress(OSError):
-        (out.parent / f".{out.name}{_LOCK_SUFFIX}").unlink()
-    os.close(fd)
+        for path in parent.glob(f".*{_LOCK_SUFFIX}"):
+            try:
+                owner = path.read_text().strip()
+            except OSError:
+                continue
+            if owner.isdigit() and _pid_alive(int(owner)):
+                continue
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: a live run (a shared root lock has no pid in it)
+                os.close(fd)
+                continue
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    path.unlink()
+                    removed.append(path)
+            os.close(fd)
+    return removed
+
+
+@contextlib.contextmanager
+def claimed_root(root: Path, shard: tuple[int, int] | None = None) -> Iterator[Path]:
+    """Claim a batch root for this batch: all of it, or one shard's part of it.
+
+    The root's lock file is taken exclusively by an unsharded batch and
+    shared by shards, each of which also takes its own `shard-I-of-N` lock;
+    so shards of one root run side by side, and a second batch of the same
+    root (or shard) is refused at once, naming the running one's pid.
+    """
+    root = Path(root).absolute()
+    created = _make_parents(root.parent)
+    remove_dead_locks(root.parent)
+    held: list[tuple[Path, int]] = []
+
+    def busy(owner: str) -> MpconvertError:
+        owners = sorted({owner, *_shard_owners(root)} - {"", "?"}) or ["?"]
+        part = f"shard {shard[0]}/{shard[1]} of " if shard else ""
+        return MpconvertError(
+            f"{part}output root {root} is in use by another mpconvert batch (pid {', '.join(owners)})",
+            hint="wait for that batch to finish (or stop it), or choose another --out",
+        )
+
+    try:
+        root_lock = _lock_path(root)
+        held.append((root_lock, _take(root_lock, root, shared=shard is not None, in_use=busy)))
+        if shard is not None:
+            shard_lock = _lock_path(root, f".shard-{shard[0]}-of-{shard[1]}")
+            held.append((shard_lock, _take(shard_lock, root, shared=False, in_use=busy)))
+        yield root
+    except BaseException:
+        for path, fd in reversed(held):
+            _release(path, fd)
+        _remove_created(created)
+        raise
+    for path, fd in reversed(held):
+        _release(path, fd)
+
+
+def _shard_owners(root: Path) -> set[str]:
+    owners = set()
+    for path in root.parent.glob(f".{glob.escape(root.name)}.shard-*{_LOCK_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            owners.add(path.read_text().strip())
+    return owners
 
 
 def remove_stale_staging(out: Path) -> list[Path]:
@@ -199,6 +301,7 @@ def claimed_output(out: Path, inputs: list[Path], force: bool) -> Iterator[Path]
         raise
     try:
         remove_stale_staging(out)
+        remove_dead_locks(out.parent)
         # Checked again under the lock: another run may have filled it meanwhile.
         check_output(out, inputs, force)
         yield out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .artifacts import export_all
+from .artifacts import estimated_bytes, export_all
 from .autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
 from .configs import model_class, model_config
 from .context import Context
@@ -26,14 +26,15 @@ from .data import EvalData, Split, Task, resolve_data
 from .finetune import StepCallback, finetune
 from .gate import Thresholds
 from .load import Loaded, load_model
-from .options import ConvertOptions, RewriteOptions, SaveOptions
+from .options import PARITY_SAMPLES, ConvertOptions, RewriteOptions, SaveOptions
 from .outdir import claimed_output, staged_output
 from .pad import PadPlan, pad, plan_model_padding
-from .report import Report
+from .report import Report, json_safe
 from .rewrite import Plan, output_activation, plan_conversion, rewrite
-from .signature import Signature, generate_inputs, signature_of
+from .signature import Signature, generate_inputs, refuse_string_inputs, signature_of
 from .speed import SPEED_BATCH, Speed, measure_onnx_speed, measure_speed, probe_hardware, warning_for
 from .validate import choose_metric, validate
+from .writing import write_text, writing
 
 log = logging.getLogger("mpconvert")
 
@@ -125,20 +126,25 @@ def inspect(options: ConvertOptions) -> Inspection:
     loaded = load_model(options.load)
     framework = loaded.framework
     signature = signature_of(loaded.model)
+    refuse_string_inputs(loaded.model, signature)
     rewrite_options, found = options.rewrite, None
     with framework.preserved_global_policy(), loaded.deserialization():
+        task = task_of(loaded.model, signature)
+        data = _eval_data(loaded, signature, task, options)
         if options.auto_keep.mode != "off":
-            task = task_of(loaded.model, signature)
-            data = _eval_data(loaded, signature, task, options)
             context = Context(loaded.model, framework, signature, task, "accuracy", data, options.precision)
             found, rewrite_options = keep_by_lint(context, rewrite_options)
         if not options.pad.multiple:
             plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), rewrite_options)
             return Inspection(loaded, plan, None, found)
-        smoke = generate_inputs(loaded.model, signature, 2, options.validate.seed)
-        rewritten = rewrite(loaded.model, framework, rewrite_options, smoke)
+        rewritten = rewrite(loaded.model, framework, rewrite_options, proof_rows(data))
         padding = plan_model_padding(rewritten.model, framework, options.pad)
     return Inspection(loaded, rewritten.plan, padding, found)
+
+
+def proof_rows(data: EvalData) -> list:
+    """The validation rows the rebuild and padding proofs run on."""
+    return [x[:PARITY_SAMPLES] for x in data.validation.inputs]
 
 
 def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
@@ -148,6 +154,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
     with clock.stage("load"):
         loaded = load_model(options.load)
         signature = signature_of(loaded.model)
+        refuse_string_inputs(loaded.model, signature)
         task = task_of(loaded.model, signature)
         data = _eval_data(loaded, signature, task, options)
         # The labels decide it too: a sigmoid output with [0, 1] targets is a reconstruction (mse).
@@ -167,7 +174,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
     def convert_with(rewrite_options: RewriteOptions):
         """rewrite -> finetune -> validate, once per set of layers kept float32."""
         with clock.stage("rewrite"):
-            rewritten = rewrite(loaded.model, framework, rewrite_options, smoke)
+            rewritten = rewrite(loaded.model, framework, rewrite_options, proof_rows(data))
         tuning = None
         if finetune_options.steps:
             with clock.stage("finetune"):
@@ -213,6 +220,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
             "outputs": [vars(s) for s in signature.outputs],
         },
         layers=rewritten.plan.as_dicts(),
+        fidelity=rewritten.fidelity.as_dict() if rewritten.fidelity else None,
         validation=validation.as_dict(),
         thresholds=thresholds,
         finetune=tuning.as_dict() if tuning else None,
@@ -231,6 +239,14 @@ def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> 
 
 
 def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
+    # The net under the writers that name what they write: any other OS
+    # error (the staging folder, the final rename) is about the output too.
+    needed = estimated_bytes(converted.model, options.export.kinds, converted.context.framework)
+    with writing(out, "the output folder", needed):
+        return _write_staged(converted, out, options, hooks)
+
+
+def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
     clock = _Clock(hooks, dict(converted.report.timings))
     context = converted.context
     with converted.loaded.deserialization(), staged_output(out) as staging:
@@ -254,7 +270,7 @@ def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) 
         )
         report.write(staging)
         for name, value in options.attachments:
-            (staging / name).write_text(json.dumps(value, indent=2, allow_nan=False) + "\n")
+            write_text(staging / name, json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n", name)
     return report
 
 

@@ -9,12 +9,15 @@ tests, batch runs) agrees on them.
 from __future__ import annotations
 
 import json
+import math
 import platform
 from dataclasses import dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from .gate import GateResult, Thresholds, evaluate
+from .writing import write_text
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the input or the conversion failed; nothing written
@@ -53,6 +56,8 @@ class Report:
     layers: list[dict]
     validation: dict
     thresholds: Thresholds  # what the gate judges against
+    # The float32 rebuild of the plan against the original (rows, max_abs_diff, limit).
+    fidelity: dict | None = None
     finetune: dict | None = None
     padding: dict | None = None  # the padding stage's result; None when it did not run
     auto_keep: dict | None = None  # what the lint and the search kept float32, and why
@@ -80,10 +85,13 @@ class Report:
         return EXIT_OK if self.passed else EXIT_GATE
 
     def _body(self) -> dict:
-        return {
+        # Judged and written in the same JSON-safe form, so `mpconvert check`
+        # on report.json gives the verdict the run gave.
+        return json_safe({
             "policy": self.policy,
             "source": self.source,
             "layers": self.layers,
+            "fidelity": self.fidelity,
             "finetune": self.finetune,
             "validation": self.validation,
             "padding": self.padding,
@@ -92,7 +100,7 @@ class Report:
             "artifacts": self.artifacts,
             "versions": self.versions,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
-        }
+        })
 
     def as_dict(self) -> dict:
         gate = self.gate
@@ -101,6 +109,22 @@ class Report:
     def write(self, folder: Path) -> Path:
         path = folder / REPORT_NAME
         # allow_nan=False: a NaN in the report would make it invalid JSON for
-        # every strict parser a CI system uses; stages store None instead.
-        path.write_text(json.dumps(self.as_dict(), indent=2, allow_nan=False) + "\n")
+        # every strict parser a CI system uses; `json_safe` made them null.
+        write_text(path, json.dumps(self.as_dict(), indent=2, allow_nan=False) + "\n", "the report")
         return path
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN/inf float replaced by None (JSON null).
+
+    Stages store None for what is not finite and say so in a note (the
+    validation names the output and the count); this is the net under
+    them, so that a NaN can fail a check but never the report itself.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

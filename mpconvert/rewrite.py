@@ -15,6 +15,7 @@ untouched, whereas rebuilding them with a new dtype fails.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -32,15 +33,22 @@ from .configs import (
     tensor_refs,
 )
 from .errors import MpconvertError
+from .fidelity import Fidelity, prove_faithful
 from .frameworks import Framework
 from .options import RewriteOptions
 from .precision import SIXTEEN_BIT
+from .state import copy_model_state
 
 # Activations that turn logits into probabilities; their input must be
 # float32 at the model's end or the loss sees a 16-bit tensor.
 PROBABILITY_ACTIVATIONS = ("softmax", "log_softmax", "sigmoid")
 SOFTMAX_ACTIVATIONS = ("softmax", "log_softmax")
 MODEL_CLASSES = ("Functional", "Sequential", "Model")
+# Preprocessing layers that map values to ids, bins or counts: integer work
+# with nothing to gain from 16 bits, and tf-keras's CategoryEncoding cannot
+# run in them at all (tf.math.bincount has no float16/bfloat16 kernel).
+INDEXING_LAYERS = ("IntegerLookup", "StringLookup", "Hashing", "HashedCrossing", "CategoryEncoding",
+                   "Discretization", "TextVectorization")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class Plan:
 class Rewritten:
     model: Any
     plan: Plan
+    fidelity: Fidelity | None = None  # the float32 rebuild of the plan against the original
 
 
 # --- reading configs -------------------------------------------------------
@@ -165,6 +174,8 @@ class _Planner:
             return self.decide(path, cls, current, f"dtype {current} is not float32; left unchanged")
         if reason:
             return self.decide(path, cls, "float32", reason)
+        if cls in INDEXING_LAYERS:
+            return self.decide(path, cls, "float32", "preprocessing layer: ids, bins or counts, nothing to compute in 16 bits")
         activation = activation_name(config.get("activation"))
         if cls == "Softmax" or (cls == "Activation" and activation in SOFTMAX_ACTIVATIONS):
             return self.decide(path, cls, "float32", "softmax")
@@ -260,37 +271,71 @@ def _split_entry(entry: dict, split: ActivationSplit, sequential: bool, mixed_he
 # --- rebuilding -------------------------------------------------------------
 
 
-def rewrite(model: Any, framework: Framework, options: RewriteOptions, smoke_inputs: list[np.ndarray]) -> Rewritten:
-    """Rebuild `model` with the planned policies; the original is not touched."""
+def rewrite(model: Any, framework: Framework, options: RewriteOptions, rows: list[np.ndarray]) -> Rewritten:
+    """Rebuild `model` with the planned policies; the original is not touched.
+
+    `rows` are validation inputs. First the plan is rebuilt with every layer
+    in float32 and must reproduce the original on them (`prove_faithful`):
+    a rebuild that loses state is refused before any policy could hide it.
+    Then the 16-bit rebuild, whose first call (on two rows) must run. A
+    layer that cannot hold its float32 weights under the policy (it stores
+    them in the compute dtype) is kept float32 and the rebuild repeated.
+    """
     config = model_config(model)
     cls = model_class(model)
-    plan = plan_conversion(config, cls, options)
+    smoke = [x[:2] for x in rows]
     with framework.preserved_global_policy():
+        plan = plan_conversion(config, cls, options)
         try:
-            new = _build(framework, model, apply_plan(config, cls, plan), smoke_inputs)
+            float32, _ = _build(framework, model, apply_plan(config, cls, plan, set()), plan, smoke)
         except Exception as exc:
-            raise _locate_failure(framework, model, config, cls, plan, smoke_inputs, exc) from exc
-        renames = {s.path: s.linear_name for s in plan.splits}
-        _copy_weights(model, new, renames)
-    return Rewritten(new, plan)
+            raise _unbuildable(model, exc) from exc
+        fidelity = prove_faithful(model, float32, rows)
+        while True:
+            try:
+                new, rounded = _build(framework, model, apply_plan(config, cls, plan), plan, smoke)
+            except Exception as exc:
+                raise _locate_failure(framework, model, config, cls, plan, smoke, exc) from exc
+            if not rounded:
+                return Rewritten(new, plan, fidelity)
+            compute = plan.policy.removeprefix("mixed_")
+            kept = tuple(
+                (path, f"stores its weights in {compute} under {plan.policy}, which rounds them (by up to {change:.3g})")
+                for path, change in rounded.items()
+            )
+            options = dataclasses.replace(options, auto_keep=options.auto_keep + kept)
+            plan = plan_conversion(config, cls, options)
 
 
 def rebuild_with(model: Any, framework: Framework, config: dict, model_class: str, plan: Plan, mixed: set[str],
                  smoke_inputs: list[np.ndarray]) -> Any:  # fmt: skip
-    """`model` rebuilt with only the `mixed` layers of `plan` in 16 bits (the search's trials)."""
+    """`model` rebuilt with only the `mixed` layers of `plan` in 16 bits (the search's trials).
+
+    Built exactly as `rewrite` builds, from the same plan, whose float32
+    rebuild `rewrite` proved faithful.
+    """
     with framework.preserved_global_policy():
-        new = _build(framework, model, apply_plan(config, model_class, plan, mixed), smoke_inputs)
-        _copy_weights(model, new, {s.path: s.linear_name for s in plan.splits})
-    return new
+        return _build(framework, model, apply_plan(config, model_class, plan, mixed), plan, smoke_inputs)[0]
 
 
-def _build(framework: Framework, model: Any, config: dict, smoke_inputs: list[np.ndarray]) -> Any:
+def _build(framework: Framework, model: Any, config: dict, plan: Plan, smoke_inputs: list[np.ndarray]) -> tuple[Any, dict[str, float]]:
+    """The model from `config` with all of `model`'s state; and the layers whose weights it rounded."""
     new = framework.model_from_config(model, config)
+    # The state goes in before the first call: a lookup layer called before
+    # its vocabulary arrives fails ("Table not initialized").
+    rounded = copy_model_state(framework, model, new, {s.path: s.linear_name for s in plan.splits})
     # A symbolic rebuild can succeed while the first real call fails (a
     # custom layer adding a float32 constant to a float16 tensor), so every
     # candidate model runs once before it is accepted.
     new(smoke_inputs if len(smoke_inputs) > 1 else smoke_inputs[0], training=False)
-    return new
+    return new, rounded
+
+
+def _unbuildable(model: Any, error: BaseException) -> MpconvertError:
+    return MpconvertError(
+        f"model {model.name!r} cannot be rebuilt from its own config, even in float32: {_short(error)}",
+        hint="check that the model's custom layers implement get_config() for all constructor arguments",
+    )
 
 
 def _locate_failure(framework, model, config, cls, plan, smoke_inputs, error) -> MpconvertError:
@@ -300,19 +345,16 @@ def _locate_failure(framework, model, config, cls, plan, smoke_inputs, error) ->
     the culprit, so a binary search needs about log2(n) rebuilds.
     """
     order = list(plan.mixed)
+    if not order:  # nothing in 16 bits: the float32 rebuild itself failed
+        return _unbuildable(model, error)
 
     def fails(k: int) -> bool:
         try:
-            _build(framework, model, apply_plan(config, cls, plan, set(order[:k])), smoke_inputs)
+            _build(framework, model, apply_plan(config, cls, plan, set(order[:k])), plan, smoke_inputs)
             return False
         except Exception:
             return True
 
-    if fails(0):
-        return MpconvertError(
-            f"model {model.name!r} cannot be rebuilt from its own config, even in float32: {_short(error)}",
-            hint="check that the model's custom layers implement get_config() for all constructor arguments",
-        )
     lo, hi = 0, len(order)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -333,19 +375,6 @@ def _locate_failure(framework, model, config, cls, plan, smoke_inputs, error) ->
 def _short(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return (text[:240] + "...") if len(text) > 240 else text or type(error).__name__
-
-
-def _copy_weights(old: Any, new: Any, renames: dict[str, str]) -> None:
-    """Copy every layer's float32 weights by name, and prove them unchanged."""
-    for layer in old.layers:
-        weights = layer.get_weights()
-        if not weights:
-            continue
-        target = new.get_layer(renames.get(layer.name, layer.name))
-        target.set_weights(weights)
-        for before, after in zip(weights, target.get_weights()):
-            if before.shape != after.shape or not np.array_equal(before, after):
-                raise AssertionError(f"weights of {layer.name!r} changed while copying")
 
 
 def output_activation(config: dict, class_name: str) -> str | None:

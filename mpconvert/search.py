@@ -31,10 +31,10 @@ from typing import Any, Callable
 import numpy as np
 
 from .context import Context
-from .lint import layer_outputs
+from .trace import Call, layer_at, trace
 from .options import MAX_SEARCH_SHARE
 from .rewrite import Plan, rebuild_with
-from .validate import compare, predict
+from .validate import judge, predict
 
 Verdict = Callable[[dict], bool]  # a trial's validation (JSON form) -> passes the gate's checks
 
@@ -65,48 +65,38 @@ def _as_list(value: Any) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _feeds(layer: Any, reference: dict[str, np.ndarray], model_inputs: list, rows: list[np.ndarray]) -> list | None:
-    """The float32 model's values of `layer`'s inputs, by the producing layers' names."""
-    feeds = []
-    for tensor in _as_list(layer.input):
-        producer = tensor._keras_history[0].name
-        if producer in reference:
-            feeds.append(reference[producer])
-            continue
-        names = [getattr(t, "name", None) for t in model_inputs]
-        if getattr(tensor, "name", None) not in names:  # a Sequential's input has no InputLayer
-            return None
-        feeds.append(rows[names.index(tensor.name)])
-    return feeds
-
-
 def _float32_twin(layer: Any) -> Any:
     return type(layer).from_config({**layer.get_config(), "dtype": "float32"})
 
 
-def rank(context: Context, mixed_model: Any, names: list[str], rows: list[np.ndarray]) -> list[tuple[str, float]]:
+def rank(context: Context, mixed_model: Any, names: list[str], rows: list[np.ndarray],
+         originals: dict[str, str] | None = None) -> list[tuple[str, float]]:  # fmt: skip
     """(layer, sensitivity) for each plan name, most sensitive first.
 
-    Each 16-bit layer of `mixed_model` runs alone on the float32 model's
-    inputs to it, against a float32 twin with the same weights on the same
-    inputs; sensitivity = rms error / rms spread of the float32 output across
-    rows (inf when it overflows). Nested layers and layers that cannot run
-    alone rank 0: the grow step still reaches them.
+    Each 16-bit layer of `mixed_model` runs alone on what the float32 model
+    fed it (its first call, nested layers included), against a float32 twin
+    with the same state on the same inputs; sensitivity = rms error / rms
+    spread of the float32 output across rows (inf when it overflows).
+    `originals` maps a plan name to the original model's layer path (a
+    split head's 16-bit part is NAME_linear). Layers that cannot run alone
+    rank 0: the grow step still reaches them.
     """
-    reference = layer_outputs(context.original, context.framework, rows)
+    originals = originals or {}
+    first_calls: dict[str, Call] = {}
+    for call in trace(context.original, rows):
+        first_calls.setdefault(call.path, call)
     scores = []
     for name in names:
+        call = first_calls.get(originals.get(name, name))
         try:
-            layer16 = mixed_model.get_layer(name)
-            feeds = _feeds(layer16, reference, context.original.inputs, rows)
-            if feeds is None:
-                raise ValueError(name)
-            feed = feeds if len(feeds) > 1 else feeds[0]
+            if call is None:
+                raise KeyError(name)
+            layer16 = layer_at(mixed_model, name)
             twin = _float32_twin(layer16)
-            twin(feed, training=False)
-            twin.set_weights(layer16.get_weights())
-            out32 = np.asarray(_as_list(twin(feed, training=False))[0], dtype=np.float64)
-            out16 = np.asarray(_as_list(layer16(feed, training=False))[0], dtype=np.float64)
+            twin(*call.args, **call.kwargs)
+            context.framework.copy_layer_state(layer16, twin)
+            out32 = np.asarray(_as_list(twin(*call.args, **call.kwargs))[0], dtype=np.float64)
+            out16 = np.asarray(_as_list(layer16(*call.args, **call.kwargs))[0], dtype=np.float64)
         except Exception:  # a layer that needs its neighbours (masks, states): no score
             scores.append((name, 0.0))
             continue
@@ -120,13 +110,13 @@ def rank(context: Context, mixed_model: Any, names: list[str], rows: list[np.nda
 
 
 def search(context: Context, plan: Plan, config: dict, model_class: str, verdict: Verdict, budget: float,
-           smoke: list[np.ndarray], mixed_model: Any) -> Search:  # fmt: skip
+           smoke: list[np.ndarray], mixed_model: Any, originals: dict[str, str] | None = None) -> Search:  # fmt: skip
     """The smallest set of plan layers to keep float32 so that `verdict` passes."""
     started = time.perf_counter()
     result = Search()
     candidates = list(plan.mixed)
     rows = [x[:256] for x in context.data.validation.inputs]
-    result.ranking = rank(context, mixed_model, candidates, rows)
+    result.ranking = rank(context, mixed_model, candidates, rows, originals)
     order = [name for name, _ in result.ranking]
     validation_rows = context.data.validation
     reference = predict(context.original, validation_rows.inputs)
@@ -138,8 +128,7 @@ def search(context: Context, plan: Plan, config: dict, model_class: str, verdict
             return tried[frozenset(kept)]
         mixed = set(candidates) - set(kept)
         model = rebuild_with(context.original, context.framework, config, model_class, plan, mixed, smoke)
-        v = compare(reference, predict(model, validation_rows.inputs), validation_rows, context.task, context.metric,
-                    context.data.source, context.precision.resolution).as_dict()  # fmt: skip
+        v = judge(context, reference, predict(model, validation_rows.inputs)).as_dict()
         passed = tried[frozenset(kept)] = verdict(v)
         result.trials.append({"kept": sorted(kept), "drop": v["drop"], "agreement": v["agreement"], "passed": passed, "v": v})
         return passed

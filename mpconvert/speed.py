@@ -36,6 +36,7 @@ from typing import Any, Callable
 from .options import DEFAULT_OPSET
 from .precision import Precision
 from .signature import Signature, signature_of
+from .trace import graph_of, is_container, nodes
 
 # The fixed batch: the parity checks' row count, and large enough that a
 # Dense(4096) layer is bound by arithmetic rather than by call overhead.
@@ -338,17 +339,9 @@ def measure_speed(
 
 def _calls(model: Any) -> list[tuple[Any, list]]:
     """Every call in `model`'s own graph, as (layer, its symbolic outputs): a shared layer once per call."""
-    import tensorflow as tf
-
-    graph = getattr(model, "_functional", None) or model  # a Keras 3 Sequential keeps its graph there
-    by_depth = getattr(graph, "_nodes_by_depth", None)
-    if by_depth is None:  # no graph (a subclassed model): each layer's output, where it has one
+    if graph_of(model) is None:  # no graph (a subclassed model): each layer's output, where it has one
         return [(layer, _output_of(layer)) for layer in model.layers]
-    return [
-        (getattr(node, "operation", None) or node.layer, tf.nest.flatten(node.output_tensors))  # Keras 3, tf-keras
-        for nodes in by_depth.values()
-        for node in nodes
-    ]
+    return [(node.layer, node.outputs) for node in nodes(model)]
 
 
 def _output_of(layer: Any) -> list:
@@ -373,7 +366,7 @@ def activation_bytes(model: Any, batch: int) -> tuple[int, list[str]]:
     for layer, outputs in _calls(model):
         if type(layer).__name__ == "InputLayer":
             continue
-        if getattr(layer, "layers", None):  # a nested model
+        if is_container(layer):  # a nested model
             inner, missing = activation_bytes(layer, batch)
             total, unknown = total + inner, unknown + missing
             continue

@@ -37,6 +37,7 @@ class Validation:
     data: str  # "npz" or "generated"
     rows: int
     nonfinite_outputs: int
+    nonfinite_by_output: dict[str, int] | None = None  # output name -> NaN/inf values, where any
     note: str | None = None
     agreement_rows: int | None = None  # rows decisive enough to count for agreement
     # With labels (classifiers), over the same decisive rows: what the gate
@@ -155,6 +156,7 @@ def compare(
     metric: str,
     source: str,
     resolution: float = 0.0,
+    output_names: tuple[str, ...] | list[str] = (),
 ) -> Validation:
     """Compare outputs on one split.
 
@@ -166,7 +168,10 @@ def compare(
     which of the rows the float32 model got right the converted model
     still gets right (`kept_correct`), and how many it `harmed` and `fixed`.
     """
-    nonfinite = sum(int(np.count_nonzero(~np.isfinite(o))) for o in converted)
+    counts = [int(np.count_nonzero(~np.isfinite(o))) for o in converted]
+    nonfinite = sum(counts)
+    names = list(output_names) or [f"output {i}" for i in range(len(converted))]
+    by_output = {name: n for name, n in zip(names, counts) if n}
     agreement = agreement_rows = None
     harm: dict[str, Any] = {}
     note = None
@@ -190,14 +195,16 @@ def compare(
             )
     ref_value = conv_value = drop = None
     if split.labels is not None:
-        ref_value = metric_value(metric, task, reference[0], split.labels)
-        conv_value = metric_value(metric, task, converted[0], split.labels)
-        drop = worse_by(metric, ref_value, conv_value)
+        # A NaN/inf output makes mse NaN: stored as None (strict JSON has no NaN), and the gate fails it.
+        ref_value = _finite(metric_value(metric, task, reference[0], split.labels))
+        conv_value = _finite(metric_value(metric, task, converted[0], split.labels))
+        drop = worse_by(metric, ref_value, conv_value) if None not in (ref_value, conv_value) else None
     else:
         note = "no labelled data: the metric was not measured, only the output drift on generated inputs"
     if nonfinite:
+        where = ", ".join(f"{n} in output {name!r}" for name, n in by_output.items())
         note = (
-            f"the converted model produced {nonfinite} NaN/inf output value(s): activations overflow "
+            f"the converted model produced {nonfinite} NaN/inf output value(s) ({where}): activations overflow "
             "16 bits; try mixed_bfloat16 or --keep-float32 on the overflowing layers"
         )
     return Validation(
@@ -210,6 +217,7 @@ def compare(
         data=source,
         rows=split.rows,
         nonfinite_outputs=nonfinite,
+        nonfinite_by_output=by_output or None,
         note=note,
         agreement_rows=agreement_rows,
         **harm,
@@ -228,11 +236,19 @@ def harm_counts(reference_right: np.ndarray, converted_right: np.ndarray) -> dic
     }
 
 
+def _finite(value: float) -> float | None:
+    return value if np.isfinite(value) else None
+
+
+def judge(context: "Context", reference: list[np.ndarray], converted: list[np.ndarray]) -> Validation:
+    """`compare` on the validation split, with the conversion's task, metric and outputs."""
+    return compare(
+        reference, converted, context.data.validation, context.task, context.metric, context.data.source,
+        context.precision.resolution, [o.name for o in context.signature.outputs],
+    )  # fmt: skip
+
+
 def validate(context: "Context", converted_model: Any) -> Validation:
     """Compare the converted model with the float32 original on the validation split."""
-    split = context.data.validation
-    reference = predict(context.original, split.inputs)
-    converted = predict(converted_model, split.inputs)
-    return compare(
-        reference, converted, split, context.task, context.metric, context.data.source, context.precision.resolution
-    )
+    inputs = context.data.validation.inputs
+    return judge(context, predict(context.original, inputs), predict(converted_model, inputs))

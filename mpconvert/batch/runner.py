@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import MpconvertError
-from ..outdir import clear_dead_run
+from ..outdir import claimed_root, clear_dead_run
+from ..writing import writing
 from .key import job_key
 from .manifest import Job
 from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry, write_batch
@@ -129,7 +130,8 @@ class _Runner:
         self.root = root
         self.options = options
         self.on_event = on_event
-        self.work = root / _WORK
+        # Its own work folder per shard: shards may share a root.
+        self.work = root / (_WORK + (f"-shard-{options.shard[0]}-of-{options.shard[1]}" if options.shard else ""))
         self.entries: list[dict] = []
         self.running: list[_Running] = []
 
@@ -222,17 +224,29 @@ def _crash_message(code: int, log: Path) -> str:
 
 
 def run_batch(jobs: list[Job], options: BatchOptions, on_event: Callable[[str, Job, dict | None], None] = lambda *a: None) -> dict:
-    """Convert every job (this shard's), each in its own process; returns batch.json's content."""
+    """Convert every job (this shard's), each in its own process; returns batch.json's content.
+
+    The root (or this shard's part of it) is claimed first, before anything
+    in it is read or removed: a second batch of the same root fails at once
+    and leaves the first one's workers alone.
+    """
     root = Path(options.root).absolute()
     if options.shard:
         jobs = shard_of(jobs, *options.shard)
     baseline = read_batch(options.baseline) if options.baseline else None
+    with claimed_root(root, options.shard):
+        return _run_claimed(root, jobs, options, on_event, baseline)
+
+
+def _run_claimed(root: Path, jobs: list[Job], options: BatchOptions, on_event: Callable, baseline: dict | None) -> dict:
     if not options.resume and not options.force:
         _refuse_existing(root, jobs)
-    root.mkdir(parents=True, exist_ok=True)
+    with writing(root, "the batch root"):
+        root.mkdir(parents=True, exist_ok=True)
     runner = _Runner(root, options, on_event)
     shutil.rmtree(runner.work, ignore_errors=True)
-    runner.work.mkdir()
+    with writing(runner.work, "the batch's work folder"):
+        runner.work.mkdir()
     started = time.monotonic()
     pending: list[tuple[Job, str]] = []
     for job in jobs:

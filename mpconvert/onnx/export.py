@@ -48,6 +48,7 @@ from mpconvert.onnx.checks import check, check_inputs, layer_of, reject_unconver
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
 from mpconvert.options import DEFAULT_OPSET, check_opset
 from mpconvert.signature import signature_of
+from mpconvert.writing import writing
 
 
 
@@ -93,14 +94,14 @@ def keras_to_onnx(model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *
 
     tmp = path.with_name(path.name + ".partial")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)  # what onnx.save writes
-        os.replace(tmp, path)
-    except OSError as exc:
+        with writing(path, "the ONNX file", len(data)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)  # what onnx.save writes
+            os.replace(tmp, path)
+    except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise MpconvertError(f"cannot write the ONNX file {path}: {exc.strerror or exc}",
-                             hint="choose a writable output path") from exc
+        raise
 
     dtypes = Counter(TensorProto.DataType.Name(t.data_type) for t in proto.graph.initializer)
     return OnnxExport(

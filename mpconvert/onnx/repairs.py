@@ -20,10 +20,10 @@ from collections import Counter
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from mpconvert.onnx.graph import (
-    allowed_types, cast_to, graphs, opset, prune, rename_uses, tensor_types, wrap_ops)
+    HALF_TYPES, allowed_types, cast_to, graphs, name_factory, opset, prune, rename_uses, schema, tensor_types, wrap_ops)
 
 # Target types that hold every value of the source type exactly.
 _EXACT_WIDENING = {
@@ -136,6 +136,85 @@ def fold_cast_pairs(proto) -> list[str]:
     return [f"bypassed {folded} back-to-back Cast pair(s) that returned to their input type"]
 
 
+_FLOATS = {TensorProto.FLOAT, *HALF_TYPES}
+# Each round fixes the nodes whose input types are known; a fixed node's
+# output type is known to the next round (shape inference stops at an
+# invalid node).
+_UNIFY_ROUNDS = 8
+
+
+def unify_input_types(proto) -> list[str]:
+    """Bring the inputs an op binds to one type parameter to one type: the graph's 16-bit type.
+
+    tf2onnx 1.17 computes a bfloat16 pool in float32 by inserting its input
+    Cast on the *producer's output*, so every other reader of that tensor
+    (NASNet's Add and Concat beside the AveragePool) reads the float32 copy
+    beside bfloat16 tensors: "B has inconsistent type". In TensorFlow each
+    of those ops had one dtype, the 16-bit one, so a float32 input that is a
+    Cast of a 16-bit tensor reads that tensor again (exact), and any other
+    float32 input is cast to 16 bits, as TensorFlow computed it.
+    """
+    version = opset(proto)
+    rewired = rounded = 0
+    for _ in range(_UNIFY_ROUNDS):
+        types = tensor_types(proto)
+        fresh = name_factory(proto)
+        changed = False
+        for graph in graphs(proto.graph):
+            producer = {out: n for n in graph.node for out in n.output}
+            nodes = []
+            for node in graph.node:
+                node_schema = schema(node, version)
+                if node_schema is not None and node.op_type != "Cast":
+                    for i, target in _mixed_inputs(node, node_schema, types):
+                        source = producer.get(node.input[i])
+                        if source is not None and source.op_type == "Cast" and types.get(source.input[0]) == target:
+                            node.input[i] = source.input[0]
+                            rewired += 1
+                        else:
+                            narrowed = fresh(node.input[i] + "__as_16bit")
+                            nodes.append(helper.make_node("Cast", [node.input[i]], [narrowed], to=target,
+                                                          name=fresh(node.name + "__unify")))  # fmt: skip
+                            node.input[i] = narrowed
+                            rounded += 1
+                        changed = True
+                nodes.append(node)
+            if len(nodes) != len(graph.node):
+                del graph.node[:]
+                graph.node.extend(nodes)
+        if not changed:
+            break
+    if not rewired and not rounded:
+        return []
+    prune(proto.graph)
+    return [f"unified mixed input types: {rewired} input(s) read their 16-bit source again instead of a "
+            f"float32 copy, {rounded} cast to 16 bits (tf2onnx casts a bfloat16 pool's input for all its readers)"]
+
+
+def _mixed_inputs(node, node_schema, types) -> list[tuple[int, int]]:
+    """(input index, 16-bit type) of the float32 inputs bound beside a 16-bit one to one type parameter."""
+    by_param: dict[str, list[int]] = {}
+    for i, name in enumerate(node.input):
+        if not name:
+            continue
+        if i < len(node_schema.inputs):
+            formal = node_schema.inputs[i]
+        elif node_schema.inputs and node_schema.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+            formal = node_schema.inputs[-1]
+        else:
+            continue
+        by_param.setdefault(formal.type_str, []).append(i)
+    mixed = []
+    for indices in by_param.values():
+        kinds = {types.get(node.input[i]) for i in indices}
+        halves = kinds & set(HALF_TYPES)
+        if None in kinds or not kinds <= _FLOATS or len(halves) != 1 or TensorProto.FLOAT not in kinds:
+            continue
+        target = halves.pop()
+        mixed += [(i, target) for i in indices if types.get(node.input[i]) == TensorProto.FLOAT]
+    return mixed
+
+
 # Run on every export, in this order (retype_float16_as_bfloat16 only where
 # the caller knows FLOAT16 is a mis-mapping).
-REPAIRS = (insert_float32_islands, fold_cast_pairs)
+REPAIRS = (unify_input_types, insert_float32_islands, fold_cast_pairs)

@@ -9,6 +9,8 @@ import numpy as np
 
 from ..configs import builtin_entry, listify, model_config, rename_entry, rename_refs
 from ..frameworks import Framework
+from ..state import copy_model_state
+from ..trace import is_container
 from .graph import Shape, Shapes
 from .model import live_shapes
 from .plan import PRODUCERS, RECURRENT, PadPlan, padded_width
@@ -105,9 +107,15 @@ def apply_padding(model: Any, framework: Framework, plan: PadPlan) -> Any:
         padded = framework.module.Model.from_config(config)
     for new_layer in padded.layers:
         source = layers.get(renames.get(new_layer.name, new_layer.name))
-        if source is None or not source.get_weights():
+        if source is None:
             continue
-        new_layer.set_weights(_padded_weights(source, new_layer, plan, shapes))
+        if is_container(source):
+            copy_model_state(framework, source, new_layer)
+        elif [tuple(w.shape) for w in source.weights] == [tuple(w.shape) for w in new_layer.weights]:
+            # Unpadded layers keep all their state, not only weights (an adapted Normalization).
+            framework.copy_layer_state(source, new_layer)
+        else:
+            new_layer.set_weights(_padded_weights(source, new_layer, plan, shapes))
     return padded
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from ..configs import model_config
 from ..frameworks import Framework
 from ..options import PadOptions
+from ..trace import nodes
 from .graph import LayerGraph, Shape, Shapes
 from .plan import PadPlan, plan_padding
 
@@ -26,20 +27,10 @@ def live_shapes(model: Any) -> dict[str, Shapes]:
     its build) has no single input there, and tf-keras refuses to guess.
     """
     shapes: dict[str, Shapes] = {}
-    for depth in sorted(model._nodes_by_depth, reverse=True):  # the inputs first
-        for node in model._nodes_by_depth[depth]:
-            layer = getattr(node, "operation", None) or node.layer  # Keras 3, tf-keras
-            ins, outs = _flat(node.input_tensors), _flat(node.output_tensors)
-            shapes.setdefault(layer.name, (_shape(ins[0]) if ins else None, _shape(outs[0]) if outs else None))
+    for node in nodes(model):  # the inputs first
+        ins, outs = node.inputs, node.outputs
+        shapes.setdefault(node.layer.name, (_shape(ins[0]) if ins else None, _shape(outs[0]) if outs else None))
     return shapes
-
-
-def _flat(value: Any) -> list:
-    if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _flat(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in _flat(item)]
-    return [value]
 
 
 def _shape(tensor: Any) -> Shape:

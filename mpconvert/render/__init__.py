@@ -69,6 +69,10 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
         console.print(f"    {layer['name']} ({layer['class_name']}): {layer['pinned']}")
     if len(pinned) > 8:
         console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
+    fidelity = report.get("fidelity")
+    if fidelity:
+        console.print(f"  rebuild: the float32 rebuild reproduces the original (max |diff| "
+                      f"{fidelity['max_abs_diff']:.3g} <= {fidelity['limit']:.3g} on {fidelity['rows']} rows)")
     _render_auto_keep(console, report.get("auto_keep") or {})
     if report["finetune"]:
         _render_finetune(console, report["finetune"])
@@ -397,7 +401,8 @@ def markdown(report: dict) -> str:
         rule = ", ".join(filter(None, (_harm(v, 2), f"min {thresholds['min_agreement']:.2%}")))
         facts.append(f"Predictions agree on {v['agreement']:.2%} ({rule}).")
     if v["nonfinite_outputs"]:
-        facts.append(f"**{v['nonfinite_outputs']} NaN/inf output values.**")
+        where = ", ".join(f"{n} in `{name}`" for name, n in (v.get("nonfinite_by_output") or {}).items())
+        facts.append(f"**{v['nonfinite_outputs']} NaN/inf output values{f' ({where})' if where else ''}.**")
     tuning = report.get("finetune")
     if tuning:
         state = "healthy" if tuning["healthy"] else f"**stopped**: {tuning['problem']}"

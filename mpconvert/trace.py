@@ -1,0 +1,209 @@
+"""Every layer call of a model, with the values that went in and came out.
+
+The lint, the search's ranking and the fidelity proof read intermediate
+values. A probe `Model(model.inputs, [every layer's output])` cannot give
+them once containers nest: an inner layer's output is not connected to the
+outer inputs ("Output with path 7 is not connected to inputs"), a shared
+layer has no single `output`, and a model used twice has two. So the model's
+own graph is run here node by node, in the order Keras itself runs it,
+descending into nested Functional and Sequential models: each call is
+recorded under its layer path ("encoder/dense_1", as the rewrite plan names
+layers), once per call, with every output tensor and the paths of the calls
+that produced its inputs.
+
+This module is also the one place that reads Keras's node objects, which
+differ between Keras 3 (`node.operation`, `node.arguments`) and tf-keras
+(`node.layer`, `node.map_arguments`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from .errors import MpconvertError
+
+
+@dataclass(frozen=True)
+class Node:
+    """One call of a layer in a model's own graph, in either framework."""
+
+    raw: Any
+
+    @property
+    def layer(self) -> Any:
+        return getattr(self.raw, "operation", None) or self.raw.layer  # Keras 3, tf-keras
+
+    @property
+    def is_input(self) -> bool:
+        return bool(self.raw.is_input)
+
+    @property
+    def inputs(self) -> list:
+        """The symbolic tensors fed to the call, flat."""
+        if hasattr(self.raw, "arguments"):
+            return list(self.raw.arguments.keras_tensors)
+        return list(self.raw.keras_inputs)
+
+    @property
+    def outputs(self) -> list:
+        return flat(self.raw.outputs)
+
+    def arguments(self, values: dict[int, Any]) -> tuple[tuple, dict]:
+        """The call's (args, kwargs) with each symbolic tensor replaced by its value (by id)."""
+        if hasattr(self.raw, "arguments"):
+            return self.raw.arguments.fill_in(values)
+        # tf-keras pops each value from a list per use; every use here sees the same value.
+        return self.raw.map_arguments(_Reusable(values))
+
+
+class _Reusable(dict):
+    def __init__(self, values: dict[int, Any]):
+        super().__init__()
+        self.values = values
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.values[int(key)]
+        return type("_Same", (), {"pop": staticmethod(lambda: value)})()
+
+
+def flat(value: Any) -> list:
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in flat(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in flat(item)]
+    return [value]
+
+
+def graph_of(model: Any) -> Any | None:
+    """The object that holds `model`'s node graph, or None (a subclassed model, an unbuilt Sequential)."""
+    graph = getattr(model, "_functional", None) or model  # a Keras 3 Sequential keeps its graph there
+    if getattr(graph, "_nodes_by_depth", None) is None or getattr(graph, "_is_graph_network", True) is False:
+        return None
+    return graph
+
+
+def nodes(model: Any) -> Iterator[Node]:
+    """The calls in `model`'s own graph (not inside nested models), in execution order."""
+    graph = graph_of(model)
+    if graph is None:
+        return
+    for depth in sorted(graph._nodes_by_depth, reverse=True):  # the inputs first
+        for raw in graph._nodes_by_depth[depth]:
+            yield Node(raw)
+
+
+def is_container(layer: Any) -> bool:
+    """A nested model whose own graph can be walked."""
+    return hasattr(layer, "layers") and graph_of(layer) is not None
+
+
+@dataclass(frozen=True)
+class Call:
+    path: str  # "encoder/dense_1"; a model input under its name
+    layer: Any
+    index: int  # 0 for a layer's first call in this run, 1 for its second, ...
+    args: tuple
+    kwargs: dict
+    outputs: tuple[np.ndarray, ...]  # every output tensor
+    sources: tuple[str, ...]  # paths of the calls (or model inputs) that produced its tensor inputs
+
+    @property
+    def class_name(self) -> str:
+        return "InputLayer" if self.layer is None else type(self.layer).__name__
+
+    @property
+    def input_values(self) -> list[np.ndarray]:
+        return [np.asarray(v) for v in flat((self.args, self.kwargs)) if _is_tensor(v)]
+
+
+def _is_tensor(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float))
+
+
+def _accepts_training(layer: Any) -> bool:
+    try:
+        return "training" in inspect.signature(layer.call).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _source_name(tensor: Any) -> str:
+    history = getattr(tensor, "_keras_history", None)
+    return history[0].name if history else getattr(tensor, "name", "input")
+
+
+class _Tracer:
+    def __init__(self, record_inputs: bool):
+        self.calls: list[Call] = []
+        self.counts: dict[str, int] = {}
+        self.record_inputs = record_inputs
+
+    def run(self, model: Any, feeds: list, sources: list[str], prefix: str) -> tuple[list, list[str]]:
+        """Run `model` on `feeds`; returns its output values and the paths that produced them."""
+        graph = graph_of(model)
+        if graph is None:
+            if type(model).__name__ != "Sequential":
+                raise MpconvertError(
+                    f"model {model.name!r} ({type(model).__name__}) has no layer graph to trace",
+                    hint="mpconvert converts Functional and Sequential models",
+                )
+            value, source = feeds[0], sources[0]
+            for layer in model.layers:  # a tf-keras Sequential built without an Input
+                (value,), (source,) = self.call(layer, (value,), {}, [source], prefix)
+            return [value], [source]
+        values = {id(t): v for t, v in zip(graph.inputs, feeds)}
+        producer = {id(t): s for t, s in zip(graph.inputs, sources)}
+        for node in nodes(graph):
+            if node.is_input or any(id(t) not in values for t in node.inputs):
+                continue
+            args, kwargs = node.arguments(values)
+            from_paths = [producer[id(t)] for t in node.inputs]
+            outputs, out_sources = self.call(node.layer, args, kwargs, from_paths, prefix)
+            for tensor, value, source in zip(node.outputs, outputs, out_sources):
+                values[id(tensor)] = value
+                producer[id(tensor)] = source
+        return [values[id(t)] for t in graph.outputs], [producer[id(t)] for t in graph.outputs]
+
+    def call(self, layer: Any, args: tuple, kwargs: dict, sources: list[str], prefix: str) -> tuple[list, list[str]]:
+        path = prefix + layer.name
+        if is_container(layer):
+            feeds = flat(args[0] if len(args) == 1 else list(args))
+            return self.run(layer, feeds, sources, path + "/")
+        if _accepts_training(layer):
+            kwargs = {**kwargs, "training": False}
+        outputs = flat(layer(*args, **kwargs))
+        index = self.counts.get(path, 0)
+        self.counts[path] = index + 1
+        recorded_args, recorded_kwargs = (args, kwargs) if self.record_inputs else ((), {})
+        arrays = tuple(np.asarray(o) for o in outputs)
+        self.calls.append(Call(path, layer, index, recorded_args, recorded_kwargs, arrays, tuple(sources)))
+        return outputs, [path] * len(outputs)
+
+
+def trace(model: Any, inputs: list[np.ndarray], record_inputs: bool = True) -> list[Call]:
+    """Every layer call of `model` on `inputs`, nested models included, in execution order.
+
+    The model's inputs come first, as calls of their InputLayer with the fed
+    value as output. `record_inputs=False` keeps only outputs (less memory).
+    """
+    import tensorflow as tf
+
+    tensors = [tf.convert_to_tensor(x, dtype=t.dtype) for x, t in zip(inputs, model.inputs)]
+    names = [_source_name(t) for t in model.inputs]
+    tracer = _Tracer(record_inputs)
+    for name, value in zip(names, tensors):
+        tracer.calls.append(Call(name, None, 0, (), {}, (np.asarray(value),), ()))
+    tracer.run(model, tensors, names, "")
+    return tracer.calls
+
+
+def layer_at(model: Any, path: str) -> Any:
+    """The layer of `model` at a plan path ("encoder/dense_1")."""
+    layer = model
+    for name in path.split("/"):
+        layer = layer.get_layer(name)
+    return layer
