@@ -60,10 +60,10 @@ def difference(reference: list[np.ndarray], other: list[np.ndarray]) -> float:
 
 def prove_faithful(original: Any, rebuilt: Any, rows: list[np.ndarray], what: str = "the float32 rebuild") -> Fidelity:
     """`rebuilt` gives `original`'s outputs on `rows`, or an MpconvertError naming the first layer that differs."""
-    from .validate import predict
+    from .validate import forward
 
-    reference = predict(original, rows)
-    diff = difference(reference, predict(rebuilt, rows))
+    reference = forward(original, rows)
+    diff = difference(reference, forward(rebuilt, rows))
     limit = limit_for(reference)
     if diff <= limit:
         return Fidelity(len(rows[0]), diff, limit)

@@ -115,14 +115,6 @@ class Call:
     def class_name(self) -> str:
         return "InputLayer" if self.layer is None else type(self.layer).__name__
 
-    @property
-    def input_values(self) -> list[np.ndarray]:
-        return [np.asarray(v) for v in flat((self.args, self.kwargs)) if _is_tensor(v)]
-
-
-def _is_tensor(value: Any) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and not isinstance(value, (int, float))
-
 
 def _accepts_training(layer: Any) -> bool:
     try:

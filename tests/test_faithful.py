@@ -286,6 +286,11 @@ def test_activation_memory_counts_every_call_of_shared_and_nested_layers(framewo
     assert total == 10 * 4 * (12 * 2 + 12 + 12 * 3 + 36 + 3)
     total, _ = activation_bytes(shapes.two_levels(K), batch=10)
     assert total == 10 * 4 * (16 + 16 + 3)
+    total, _ = activation_bytes(shapes.nested_autoencoder(K), batch=10)
+    assert total == 10 * 4 * (32 + 8 + 32 + 64)
+    # One LSTM call with three outputs: the sequence (6 x 8) and both states (8 each).
+    total, _ = activation_bytes(shapes.several_outputs(K), batch=10)
+    assert total == 10 * 4 * (6 * 8 + 8 + 8 + 8 + 24 + 3)
 
 
 # --- non-finite outputs --------------------------------------------------------------------

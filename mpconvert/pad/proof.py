@@ -12,7 +12,7 @@ from ..configs import model_config, policy_name
 from ..frameworks import Framework
 from ..options import PadOptions
 from ..precision import SIXTEEN_BIT, Precision
-from ..validate import max_abs_diff, predict
+from ..validate import forward, max_abs_diff
 from .apply import apply_padding
 from .model import as_functional, plan_model_padding
 
@@ -70,9 +70,9 @@ def pad(model: Any, framework: Framework, options: PadOptions, inputs: list[np.n
     padded = apply_padding(functional, framework, plan)
     twin = _float32_twin(functional, framework)
     padded_twin = apply_padding(twin, framework, plan)
-    exact = max_abs_diff(predict(twin, inputs), predict(padded_twin, inputs))
-    reference = predict(functional, inputs)
-    sixteen = max_abs_diff(reference, predict(padded, inputs))
+    exact = max_abs_diff(forward(twin, inputs), forward(padded_twin, inputs))
+    reference = forward(functional, inputs)
+    sixteen = max_abs_diff(reference, forward(padded, inputs))
     scale = max(1.0, max(float(np.abs(r).max(initial=0.0)) for r in reference))
     report["float32_max_abs_diff"] = exact
     report["max_abs_diff"] = sixteen
