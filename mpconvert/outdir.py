@@ -183,21 +183,27 @@ def remove_dead_locks(parent: Path) -> list[Path]:
                 continue
             if owner.isdigit() and _pid_alive(int(owner)):
                 continue
-            try:
-                fd = os.open(path, os.O_RDWR)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # held: a live run (a shared root lock has no pid in it)
-                os.close(fd)
-                continue
-            with contextlib.suppress(OSError):
-                if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                    path.unlink()
-                    removed.append(path)
-            os.close(fd)
+            if _remove_if_free(path):  # held: a live run (a shared root lock has no pid in it)
+                removed.append(path)
     return removed
+
+
+def _remove_if_free(path: Path) -> bool:
+    """Remove a lock file that no live process holds; True if it went."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        if same:
+            path.unlink()
+        return same
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -276,17 +282,7 @@ def clear_dead_run(out: Path) -> None:
     """
     out = Path(out).absolute()
     remove_stale_staging(out)
-    path = out.parent / f".{out.name}{_LOCK_SUFFIX}"
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return
-    _unlock(out, fd)
+    _remove_if_free(_lock_path(out))
 
 
 @contextlib.contextmanager
