@@ -96,6 +96,8 @@ class Framework:
         """
         if not self.is_keras3:
             new.set_weights(old.get_weights())
+        # `_flatten_layers` is both frameworks' own walk over a layer and its
+        # sublayers, the one their savers take; a rebuild has the same tree.
         pairs = list(zip(old._flatten_layers(include_self=True), new._flatten_layers(include_self=True)))
         for source, target in pairs:
             if self.is_keras3:

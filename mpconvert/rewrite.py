@@ -298,6 +298,8 @@ def rewrite(model: Any, framework: Framework, options: RewriteOptions, rows: lis
                 raise _locate_failure(framework, model, config, cls, plan, smoke, exc) from exc
             if not rounded:
                 return Rewritten(new, plan, fidelity)
+            if any(path in dict(options.auto_keep) for path in rounded):
+                raise AssertionError(f"layers kept float32 still round their weights: {sorted(rounded)}")
             compute = plan.policy.removeprefix("mixed_")
             kept = tuple(
                 (path, f"stores its weights in {compute} under {plan.policy}, which rounds them (by up to {change:.3g})")

@@ -60,14 +60,23 @@ class Node:
         return self.raw.map_arguments(_Reusable(values))
 
 
+class _Same:
+    def __init__(self, value: Any):
+        self.value = value
+
+    def pop(self) -> Any:
+        return self.value
+
+
 class _Reusable(dict):
+    """tf-keras's tensor_dict: str(id) -> a list it pops one value from per use."""
+
     def __init__(self, values: dict[int, Any]):
         super().__init__()
         self.values = values
 
-    def __getitem__(self, key: str) -> Any:
-        value = self.values[int(key)]
-        return type("_Same", (), {"pop": staticmethod(lambda: value)})()
+    def __getitem__(self, key: str) -> _Same:
+        return _Same(self.values[int(key)])
 
 
 def flat(value: Any) -> list:
