@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import os
-import signal
 import sys
 import traceback
 import warnings
@@ -22,6 +21,7 @@ from typing import Callable
 
 import click
 
+from . import interrupts
 from .errors import MpconvertError
 from .options import (
     AUTO_KEEP_MODES,
@@ -399,16 +399,6 @@ def silence_frameworks() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, unwinding like Ctrl-C; the shell convention is 128 + 15."""
-
-    exit_code = 128 + signal.SIGTERM
-
-
-def _interrupt(signum, frame):
-    raise _Terminated
-
-
 def unwind_on_sigterm() -> None:
-    """SIGTERM (CI timeouts, kill, a stopped batch) unwinds like Ctrl-C, so staging folders are removed."""
-    signal.signal(signal.SIGTERM, _interrupt)
+    """Ctrl-C and SIGTERM (CI timeouts, kill, a stopped batch) unwind like Ctrl-C, so staging folders are removed."""
+    interrupts.install()

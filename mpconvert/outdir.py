@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import interrupts
 from .errors import MpconvertError
 from .writing import writing
 
@@ -319,6 +320,7 @@ def staged_output(out: Path) -> Iterator[Path]:
     os.chmod(staging, 0o777 & ~_umask())
     try:
         yield staging
+        interrupts.check()  # a Ctrl-C swallowed while writing must not put the output in place
         _replace(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

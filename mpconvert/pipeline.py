@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from . import interrupts
 from .artifacts import estimated_bytes, export_all
 from .autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
 from .configs import model_class, model_config
@@ -56,6 +57,7 @@ class _Clock:
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        interrupts.check()
         log.info("stage %s", name)
         self.hooks.stage(name)
         start = time.perf_counter()

@@ -183,3 +183,30 @@ def test_mixed_type_inputs_are_brought_to_the_16bit_type_exactly():
     h = x.astype(ml_dtypes.bfloat16).astype(np.float32)
     expected = np.concatenate([(h + h).astype(ml_dtypes.bfloat16).astype(np.float32), h], axis=1)
     np.testing.assert_array_equal(y, expected)
+
+
+# --- a Ctrl-C that a library swallows ----------------------------------------------------------
+
+
+def test_a_swallowed_ctrl_c_still_keeps_the_output_from_appearing(tmp_path):
+    import signal
+
+    from mpconvert import interrupts
+    from mpconvert.outdir import staged_output
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    interrupts.install()
+    try:
+        out = tmp_path / "out"
+        with pytest.raises(KeyboardInterrupt):
+            with staged_output(out) as staging:
+                (staging / "report.json").write_text("{}")
+                try:  # what a bare `except:` in a library does to Ctrl-C
+                    signal.raise_signal(signal.SIGINT)
+                except BaseException:
+                    pass
+        assert not out.exists() and list(tmp_path.iterdir()) == []
+    finally:
+        interrupts.forget()
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import interrupts
 from ..errors import MpconvertError
 from ..outdir import claimed_root, clear_dead_run
 from ..writing import writing
@@ -267,6 +268,7 @@ def _run_claimed(root: Path, jobs: list[Job], options: BatchOptions, on_event: C
 
     try:
         while pending or runner.running:
+            interrupts.check()
             while pending and len(runner.running) < workers:
                 runner.start(*pending.pop(0))
             before = len(runner.entries)
