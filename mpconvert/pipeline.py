@@ -35,7 +35,7 @@ from .rewrite import Plan, output_activation, plan_conversion, rewrite
 from .signature import Signature, generate_inputs, refuse_string_inputs, signature_of
 from .speed import SPEED_BATCH, Speed, measure_onnx_speed, measure_speed, probe_hardware, warning_for
 from .validate import choose_metric, validate
-from .writing import write_text, writing
+from .writing import reported_at, write_text, writing
 
 log = logging.getLogger("mpconvert")
 
@@ -251,7 +251,7 @@ def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) 
 def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
     clock = _Clock(hooks, dict(converted.report.timings))
     context = converted.context
-    with converted.loaded.deserialization(), staged_output(out) as staging:
+    with converted.loaded.deserialization(), staged_output(out) as staging, reported_at(staging, out):
         with clock.stage("export"):
             artifacts = export_all(
                 converted.model, context.framework, context.signature, list(context.data.validation.inputs),

@@ -93,3 +93,12 @@ def writing(path: Path, what: str, needed: int | None = None) -> Iterator[None]:
 def write_text(path: Path, text: str, what: str) -> None:
     with writing(path, what, len(text.encode())):
         Path(path).write_text(text)
+
+
+@contextlib.contextmanager
+def reported_at(staging: Path, out: Path) -> Iterator[None]:
+    """WriteErrors from inside a staging folder name the path the user asked for, not the hidden folder."""
+    try:
+        yield
+    except WriteError as exc:
+        raise WriteError(exc.message.replace(str(staging), str(out)), hint=exc.hint) from exc

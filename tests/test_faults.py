@@ -59,7 +59,7 @@ def test_a_full_disk_exits_1_naming_the_path_and_the_room_needed(tmp_path, tiny_
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 2 and lines[0].startswith("error: cannot write the "), result.output
-    assert "No space left on device" in lines[0] and str(tiny_filesystem) in lines[0]
+    assert "No space left on device" in lines[0] and f" to {out}/" in lines[0]  # not the hidden staging folder
     assert "it needs about" in lines[0] and "free there" in lines[0]
     assert lines[1].startswith("  fix: free space")
     assert "report it" not in result.output and "Traceback" not in result.output
