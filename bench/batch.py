@@ -29,7 +29,9 @@ def build_zoo(folder: Path) -> Path:
 
     for name in APPLICATIONS:
         keras.utils.set_random_seed(0)
-        getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=10).save(folder / f"{name}.keras")
+        getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=10).save(
+            folder / f"{name}.keras"
+        )
     (folder / "broken.keras").write_bytes(b"truncated download")
     entries = [
         (SAMPLES / "digits_mlp", SAMPLES / "data" / "digits.npz"),
@@ -66,8 +68,10 @@ def main() -> None:
         for jobs, (elapsed, summary) in results.items():
             t = summary["totals"]
             rates[jobs] = t["models_per_minute"]
-            print(f"  --jobs {jobs}: {elapsed:.1f} s wall, {t['passed']} passed, {t['error']} errors, "
-                  f"{t['models_per_minute']:.2f} models/min")  # fmt: skip
+            print(
+                f"  --jobs {jobs}: {elapsed:.1f} s wall, {t['passed']} passed, {t['error']} errors, "
+                f"{t['models_per_minute']:.2f} models/min"
+            )
         print(f"  --jobs 2 vs --jobs 1: x{rates[2] / rates[1]:.2f} models per minute")
     finally:
         shutil.rmtree(folder, ignore_errors=True)

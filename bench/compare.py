@@ -86,7 +86,7 @@ def onnx_run(path: Path, x: np.ndarray, providers: list[str]):
 
 
 def row(label: str, values: dict[str, float | str], unit: str, faster: bool) -> str:
-    """"label  float32 52.1 ms | mpconvert 32.0 ms (1.63x) | hand-built ..." with ratios against float32."""
+    """ "label  float32 52.1 ms | mpconvert 32.0 ms (1.63x) | hand-built ..." with ratios against float32."""
     base = values["float32"]
     cells = []
     for name, value in values.items():
@@ -109,8 +109,10 @@ def main() -> None:
     keras.utils.set_random_seed(0)
     original = build()
     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda_usable() else ["CPUExecutionProvider"]
-    print(f"Dense({WIDTH})x2 on {INPUTS} inputs ({original.count_params() / 1e6:.1f}M parameters), batch {BATCH}, "
-          f"{probe_hardware().device}, {os.cpu_count()} cores; ONNX Runtime on {providers[0]}")  # fmt: skip
+    print(
+        f"Dense({WIDTH})x2 on {INPUTS} inputs ({original.count_params() / 1e6:.1f}M parameters), batch {BATCH}, "
+        f"{probe_hardware().device}, {os.cpu_count()} cores; ONNX Runtime on {providers[0]}"
+    )
     print("speed: median ms, ratio = float32 ms / ms (above 1 is faster); size: MB, ratio = bytes / float32 bytes")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -129,13 +131,17 @@ def main() -> None:
                 hand_onnx = out / "hand.onnx"
             except Exception as exc:  # tf2onnx's own failure is a finding, not a crash of the benchmark
                 hand_onnx = f"tf2onnx failed: {first_line(exc)[:120]}"
-            versions = {"float32": files["float32"],
-                        "mpconvert": (out / "mpconvert" / "savedmodel", out / "mpconvert" / "model.onnx"),
-                        "hand-built": (out / "hand_savedmodel", hand_onnx)}  # fmt: skip
+            versions = {
+                "float32": files["float32"],
+                "mpconvert": (out / "mpconvert" / "savedmodel", out / "mpconvert" / "model.onnx"),
+                "hand-built": (out / "hand_savedmodel", hand_onnx),
+            }
             print(policy)
             saved = median_ms({name: serving(paths[0], x) for name, paths in versions.items()}, repeats=REPEATS)
             print(row("SavedModel serving", saved, "ms", faster=True))
-            runs = {name: onnx_run(p[1], x, providers) if isinstance(p[1], Path) else p[1] for name, p in versions.items()}
+            runs = {
+                name: onnx_run(p[1], x, providers) if isinstance(p[1], Path) else p[1] for name, p in versions.items()
+            }
             timed = median_ms({name: r for name, r in runs.items() if callable(r)}, repeats=REPEATS)
             onnx = {name: timed[name] if callable(r) else f"not run ({r})" for name, r in runs.items()}
             print(row("ONNX Runtime", onnx, "ms", faster=True))

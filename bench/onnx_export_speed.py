@@ -97,8 +97,10 @@ def compare_contents(ours, theirs):
         return f"same ({sum(inits_a.values())} initializers, {sum(ops_a.values())} nodes)"
     parts = []
     if inits_a != inits_b:
-        parts.append(f"initializers differ: {sum((inits_a - inits_b).values())} only in mpconvert's, "
-                     f"{sum((inits_b - inits_a).values())} only in tf2onnx's")
+        parts.append(
+            f"initializers differ: {sum((inits_a - inits_b).values())} only in mpconvert's, "
+            f"{sum((inits_b - inits_a).values())} only in tf2onnx's"
+        )
     if ops_a != ops_b:
         parts.append(f"op types differ: mpconvert +{dict(ops_a - ops_b)}, tf2onnx +{dict(ops_b - ops_a)}")
     return "DIFFERENT: " + "; ".join(parts)
@@ -123,11 +125,15 @@ def main():
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, of {', '.join(POLICIES)}")
     args = parser.parse_args()
 
-    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, tf2onnx {tf2onnx.__version__}, "
-          f"onnx {onnx.__version__}, ONNX Runtime {ort.__version__}; {os.cpu_count()} CPUs")
+    print(
+        f"TensorFlow {tf.__version__}, Keras {keras.__version__}, tf2onnx {tf2onnx.__version__}, "
+        f"onnx {onnx.__version__}, ONNX Runtime {ort.__version__}; {os.cpu_count()} CPUs"
+    )
     print(f"median of {args.runs} alternating runs per path, in one process, after one untimed warm-up export each")
-    header = (f"{'model':<12}{'policy':<16}{'mpconvert':>10}{'tf2onnx':>10}{'ratio':>8}{'CPU ratio':>11}"
-              f"  {'max|diff|':>10}  contents")
+    header = (
+        f"{'model':<12}{'policy':<16}{'mpconvert':>10}{'tf2onnx':>10}{'ratio':>8}{'CPU ratio':>11}"
+        f"  {'max|diff|':>10}  contents"
+    )
     print(header, flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -149,11 +155,15 @@ def main():
                     diff, same = "-", "not compared: tf2onnx's bfloat16 graph is invalid"
                 else:
                     diff, same = f"{max_diff(ours, theirs, model):.2e}", compare_contents(ours, theirs)
-                rows.append(f"{name:<12}{policy:<16}{a:>9.2f}s{b:>9.2f}s{b / a:>7.2f}x{b_cpu / a_cpu:>10.2f}x"
-                            f"  {diff:>10}  {same}")
+                rows.append(
+                    f"{name:<12}{policy:<16}{a:>9.2f}s{b:>9.2f}s{b / a:>7.2f}x{b_cpu / a_cpu:>10.2f}x"
+                    f"  {diff:>10}  {same}"
+                )
                 print(rows[-1], flush=True)
-    print(f"\nratio: tf2onnx's median wall-clock export time / mpconvert's (target >= 3x); CPU ratio: the same "
-          f"for process CPU time\n{header}")
+    print(
+        f"\nratio: tf2onnx's median wall-clock export time / mpconvert's (target >= 3x); CPU ratio: the same "
+        f"for process CPU time\n{header}"
+    )
     print("\n".join(rows))
 
 

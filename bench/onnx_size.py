@@ -26,8 +26,12 @@ MODELS = {
     "digits_cnn": lambda: keras.models.load_model(Path(__file__).parent.parent / "sample_models" / "digits_cnn.keras"),
     "MobileNetV2": lambda: keras.applications.MobileNetV2(weights=None, input_shape=(96, 96, 3), classes=100),
     "Dense4096x2": lambda: keras.Sequential(
-        [keras.Input((784,)), keras.layers.Dense(4096, activation="relu"), keras.layers.Dense(4096, activation="relu"),
-         keras.layers.Dense(10, activation="softmax")]  # fmt: skip
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(4096, activation="relu"),
+            keras.layers.Dense(4096, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     ),
 }
 

@@ -34,8 +34,12 @@ REPEATS = 15
 
 def dense_model(width: int):
     return keras.Sequential(
-        [keras.Input((784,), name="x"), keras.layers.Dense(width, activation="relu"),
-         keras.layers.Dense(width, activation="relu"), keras.layers.Dense(10, activation="softmax")]  # fmt: skip
+        [
+            keras.Input((784,), name="x"),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
     )
 
 
@@ -83,7 +87,7 @@ def main() -> None:
             keras_to_onnx(source, spec, path)
             # One session per file, as a deployment would hold it.
             session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-            times[policy] = median_ms(lambda: session.run(None, {"x": x}))
+            times[policy] = median_ms(lambda session=session: session.run(None, {"x": x}))
         f32 = times["float32"]
         print(f"  float32 {f32:.1f}, mixed_float16 {times['mixed_float16']:.1f} (x{times['mixed_float16'] / f32:.2f})")
 

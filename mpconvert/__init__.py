@@ -25,4 +25,14 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["Conversion", "Inspection", "MpconvertError", "POLICIES", "Precision", "check", "convert", "inspect", "__version__"]
+__all__ = [
+    "Conversion",
+    "Inspection",
+    "MpconvertError",
+    "POLICIES",
+    "Precision",
+    "check",
+    "convert",
+    "inspect",
+    "__version__",
+]

@@ -9,19 +9,20 @@ time; the stages do, when they run.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .options import (
-    DEFAULT_SEARCH_BUDGET,
-    AutoKeepOptions,
     DEFAULT_BATCH_SIZE,
     DEFAULT_LEARNING_RATE,
     DEFAULT_MAX_PAD_OVERHEAD,
     DEFAULT_OPSET,
     DEFAULT_PAD_MULTIPLE,
+    DEFAULT_SEARCH_BUDGET,
     EXPORT_KINDS,
+    AutoKeepOptions,
     ConvertOptions,
     ExportOptions,
     FinetuneOptions,
@@ -104,9 +105,14 @@ def conversion_options(
         finetune=FinetuneOptions(finetune_steps, learning_rate, batch_size, seed, loss),
         pad=PadOptions(pad_multiple, max_pad_overhead),
         gate=gate_options(
-            max_drop=max_drop, min_agreement=min_agreement, atol=atol, rtol=rtol,
-            baseline=baseline, max_regression=max_regression, min_speedup=min_speedup,
-        ),  # fmt: skip
+            max_drop=max_drop,
+            min_agreement=min_agreement,
+            atol=atol,
+            rtol=rtol,
+            baseline=baseline,
+            max_regression=max_regression,
+            min_speedup=min_speedup,
+        ),
         auto_keep=AutoKeepOptions(auto_keep, search_budget),
         speed=speed,
     )
@@ -225,10 +231,17 @@ def inspect(
     from .pipeline import inspect as plan
 
     options = conversion_options(
-        model, policy, keep_float32=keep_float32, pad_multiple=pad_multiple, max_pad_overhead=max_pad_overhead,
-        unsafe_deserialization=unsafe_deserialization, imports=imports, custom_objects=custom_objects, data=data,
+        model,
+        policy,
+        keep_float32=keep_float32,
+        pad_multiple=pad_multiple,
+        max_pad_overhead=max_pad_overhead,
+        unsafe_deserialization=unsafe_deserialization,
+        imports=imports,
+        custom_objects=custom_objects,
+        data=data,
         auto_keep=auto_keep,
-    )  # fmt: skip
+    )
     found = plan(options)
     source = {
         "path": str(options.load.path) if options.load.path else None,

@@ -13,9 +13,10 @@ Any other exception is mpconvert's bug and propagates.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -122,14 +123,21 @@ def export_all(
     expected = predict(model, rows)
     writers = []  # (kind, path, write and re-check it)
     if "savedmodel" in options.kinds:
-        writers.append(("savedmodel", out / "savedmodel",
-                        lambda path: _savedmodel(model, framework, signature, path, rows, expected)))  # fmt: skip
+        writers.append(
+            (
+                "savedmodel",
+                out / "savedmodel",
+                lambda path: _savedmodel(model, framework, signature, path, rows, expected),
+            )
+        )
         if framework.is_keras3:
-            writers.append(("keras", out / "model.keras",
-                            lambda path: _keras_file(model, framework, path, rows, expected)))  # fmt: skip
+            writers.append(
+                ("keras", out / "model.keras", lambda path: _keras_file(model, framework, path, rows, expected))
+            )
     if "onnx" in options.kinds:
-        writers.append(("onnx", out / "model.onnx",
-                        lambda path: _onnx(model, signature, path, rows, expected, options.opset)))  # fmt: skip
+        writers.append(
+            ("onnx", out / "model.onnx", lambda path: _onnx(model, signature, path, rows, expected, options.opset))
+        )
     needed = estimated_bytes(model, options.kinds, framework)
     return [_guarded(kind, path, expected, write, needed) for kind, path, write in writers]
 
@@ -200,7 +208,9 @@ def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: An
     after = [(layer.name, layer.dtype_policy.name) for layer in reloaded.layers]
     if before != after:
         changed = [f"{b[0]}: {b[1]} -> {a[1]}" for b, a in zip(before, after) if b != a]
-        raise RuntimeError(f"the exported SavedModel at {path} reloads with other layer policies ({', '.join(changed[:3])})")
+        raise RuntimeError(
+            f"the exported SavedModel at {path} reloads with other layer policies ({', '.join(changed[:3])})"
+        )
 
 
 def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], expected, opset: int) -> Artifact:

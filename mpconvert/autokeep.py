@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
 import numpy as np
 
 from .configs import model_class, model_config
@@ -69,16 +70,28 @@ def _reason(before: dict, after: dict) -> str:
 
 
 def keep_by_search(
-    context: Context, rewritten: Rewritten, options: RewriteOptions, thresholds: Thresholds,
-    auto: AutoKeepOptions, smoke: list[np.ndarray], before: dict,
-) -> tuple[Search, RewriteOptions]:  # fmt: skip
+    context: Context,
+    rewritten: Rewritten,
+    options: RewriteOptions,
+    thresholds: Thresholds,
+    auto: AutoKeepOptions,
+    smoke: list[np.ndarray],
+    before: dict,
+) -> tuple[Search, RewriteOptions]:
     """Search for the layers to keep; the rewrite options with them kept (unchanged if none passes)."""
     original = context.original
     names = _original_names(rewritten.plan)
     found = search(
-        context, rewritten.plan, model_config(original), model_class(original),
-        lambda v: passes(v, thresholds), auto.search_budget, smoke, rewritten.model, names,
-    )  # fmt: skip
+        context,
+        rewritten.plan,
+        model_config(original),
+        model_class(original),
+        lambda v: passes(v, thresholds),
+        auto.search_budget,
+        smoke,
+        rewritten.model,
+        names,
+    )
     if found.validation is None:
         return found, options
     reason = _reason(before, found.validation)

@@ -108,16 +108,24 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
 @model_argument
 @click.option("--policy", type=click.Choice(POLICIES), default=POLICIES[0], show_default=True)
 @keep_option
-@click.option("--data", help="Calibration data for the numeric lint (as for the main command) [default: generated inputs].")
-@click.option("--auto-keep", type=click.Choice(("off", "lint", "search")), default="search", show_default=True,
-              help="off: skip the numeric lint.")  # fmt: skip
+@click.option(
+    "--data", help="Calibration data for the numeric lint (as for the main command) [default: generated inputs]."
+)
+@click.option(
+    "--auto-keep",
+    type=click.Choice(("off", "lint", "search")),
+    default="search",
+    show_default=True,
+    help="off: skip the numeric lint.",
+)
 @pad_multiple_option
 @max_pad_overhead_option
 @import_option
 @unsafe_option
 @debug_option
-def inspect_command(model, policy, keep_float32, data, auto_keep, pad_multiple, max_pad_overhead, imports,
-                    unsafe_deserialization, debug):  # fmt: skip
+def inspect_command(
+    model, policy, keep_float32, data, auto_keep, pad_multiple, max_pad_overhead, imports, unsafe_deserialization, debug
+):
     """Print the per-layer plan for MODEL without converting it: policies, numeric lint and padding."""
 
     def action() -> int:
@@ -125,10 +133,16 @@ def inspect_command(model, policy, keep_float32, data, auto_keep, pad_multiple, 
         from .render import render_inspection
 
         found = inspect(
-            model, policy, keep_float32=keep_float32, pad_multiple=pad_multiple,
-            max_pad_overhead=max_pad_overhead, unsafe_deserialization=unsafe_deserialization, imports=imports,
-            data=data, auto_keep=auto_keep,
-        )  # fmt: skip
+            model,
+            policy,
+            keep_float32=keep_float32,
+            pad_multiple=pad_multiple,
+            max_pad_overhead=max_pad_overhead,
+            unsafe_deserialization=unsafe_deserialization,
+            imports=imports,
+            data=data,
+            auto_keep=auto_keep,
+        )
         render_inspection(found)
         return 0
 
@@ -163,8 +177,8 @@ def check_command(report_file, junit, summary, as_json, quiet, debug, **threshol
 
 
 from .batch.commands import batch_command, batch_merge_command  # noqa: E402  (they use the helpers above)
-
 from .doctor import doctor_command  # noqa: E402
+
 cli.add_command(doctor_command)
 cli.add_command(batch_command)
 cli.add_command(batch_merge_command)

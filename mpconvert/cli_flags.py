@@ -15,18 +15,17 @@ import os
 import sys
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import click
 
 from . import interrupts
 from .errors import MpconvertError
 from .options import (
-    AUTO_KEEP_MODES,
-    DEFAULT_SEARCH_BUDGET,
     ARTIFACT_KINDS,
+    AUTO_KEEP_MODES,
     DEFAULT_BATCH_SIZE,
     DEFAULT_FINETUNE_STEPS,
     DEFAULT_LEARNING_RATE,
@@ -34,6 +33,7 @@ from .options import (
     DEFAULT_MAX_PAD_OVERHEAD,
     DEFAULT_OPSET,
     DEFAULT_PAD_MULTIPLE,
+    DEFAULT_SEARCH_BUDGET,
     EXPORT_KINDS,
     MAX_OPSET,
     METRICS,
@@ -70,7 +70,9 @@ def parse_tolerances(ctx: click.Context, param: click.Parameter, values: tuple[s
     for value in values:
         kind, sep, number = value.rpartition("=")
         if sep and kind not in ARTIFACT_KINDS:
-            raise click.BadParameter(f"{value!r}: unknown artifact kind {kind!r}; choose from {', '.join(ARTIFACT_KINDS)}")
+            raise click.BadParameter(
+                f"{value!r}: unknown artifact kind {kind!r}; choose from {', '.join(ARTIFACT_KINDS)}"
+            )
         try:
             x = float(number)
         except ValueError:
@@ -108,6 +110,7 @@ def run_action(debug: bool, action: Callable[[], int]) -> int:
         click.echo(f"error: conversion failed unexpectedly: {type(exc).__name__}: {first}", err=True)
         click.echo("  fix: rerun with --debug for the full traceback and report it", err=True)
         return EXIT_FAILED
+
 
 model_argument = click.argument("model", type=click.Path(path_type=Path))
 keep_option = click.option(
@@ -149,6 +152,7 @@ quiet_option = click.option(
     "--quiet", "-q", is_flag=True, help="Print nothing but errors (and what --json or --summary - ask for)."
 )
 
+
 def _apply(command, options: list):
     for option in reversed(options):
         command = option(command)
@@ -173,22 +177,33 @@ _CONVERSION_FLAGS = [
         type=click.FloatRange(min=0),
         help=f"Largest allowed metric drop, in the metric's units (0.01 = 1 point of accuracy). [default: {DEFAULT_MAX_DROP}]",
     ),
-    click.option("--metric", type=click.Choice(METRICS), help="[default: accuracy for softmax/sigmoid outputs, else mse]"),
+    click.option(
+        "--metric", type=click.Choice(METRICS), help="[default: accuracy for softmax/sigmoid outputs, else mse]"
+    ),
     keep_option,
     click.option(
-        "--export", "export", default=",".join(EXPORT_KINDS), show_default=True, callback=parse_exports,
+        "--export",
+        "export",
+        default=",".join(EXPORT_KINDS),
+        show_default=True,
+        callback=parse_exports,
         help="Artifacts to write, comma-separated.",
-    ),  # fmt: skip
+    ),
     click.option(
-        "--opset", type=click.IntRange(MIN_OPSET, MAX_OPSET), default=DEFAULT_OPSET, show_default=True,
+        "--opset",
+        type=click.IntRange(MIN_OPSET, MAX_OPSET),
+        default=DEFAULT_OPSET,
+        show_default=True,
         help="ONNX opset of the .onnx file (tf2onnx 1.17 writes 13 to 18).",
-    ),  # fmt: skip
+    ),
     click.option(
         "--finetune-steps",
         type=click.IntRange(min=0),
         help=f"Fine-tuning steps, 0 to skip [default: {DEFAULT_FINETUNE_STEPS} when the data has a training split].",
     ),
-    click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LEARNING_RATE, show_default=True),
+    click.option(
+        "--learning-rate", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_LEARNING_RATE, show_default=True
+    ),
     click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULT_BATCH_SIZE, show_default=True),
     click.option("--seed", type=int, default=0, show_default=True, help="Seed for fine-tuning and generated inputs."),
     click.option("--loss", help="Fine-tuning loss [default: the model's saved loss, else one for its output]."),
@@ -197,29 +212,60 @@ _CONVERSION_FLAGS = [
     import_option,
     unsafe_option,
     click.option(
-        "--auto-keep", type=click.Choice(AUTO_KEEP_MODES), default="search", show_default=True,
+        "--auto-keep",
+        type=click.Choice(AUTO_KEEP_MODES),
+        default="search",
+        show_default=True,
         help="Keep float32 where 16 bits break: lint (what the numeric lint flags), search (also search for the "
         "layers that fix a failing accuracy or agreement check), off (the gate fails and says so).",
-    ),  # fmt: skip
+    ),
     click.option(
-        "--search-budget", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_SEARCH_BUDGET,
-        show_default=True, metavar="SECONDS", help="Longest the accuracy-driven search may take.",
-    ),  # fmt: skip
+        "--search-budget",
+        type=click.FloatRange(min=0, min_open=True),
+        default=DEFAULT_SEARCH_BUDGET,
+        show_default=True,
+        metavar="SECONDS",
+        help="Longest the accuracy-driven search may take.",
+    ),
     click.option(
-        "--speed/--no-speed", default=True, show_default=True,
+        "--speed/--no-speed",
+        default=True,
+        show_default=True,
         help="Time the converted model against float32 on this machine (a few seconds; report.json speed).",
-    ),  # fmt: skip
+    ),
     click.option(
-        "--bench-onnx", is_flag=True,
+        "--bench-onnx",
+        is_flag=True,
         help="Also time the ONNX file against a float32 ONNX export in ONNX Runtime (costs one more export).",
-    ),  # fmt: skip
+    ),
 ]
 _CONVERSION_NAMES = (
-    "data", "max_drop", "metric", "keep_float32", "export", "opset", "finetune_steps", "learning_rate",
-    "batch_size", "seed", "loss", "pad_multiple", "max_pad_overhead", "imports", "unsafe_deserialization",
-    "min_agreement", "atol", "rtol", "baseline", "max_regression", "auto_keep", "search_budget",
-    "speed", "bench_onnx", "min_speedup",
-)  # fmt: skip
+    "data",
+    "max_drop",
+    "metric",
+    "keep_float32",
+    "export",
+    "opset",
+    "finetune_steps",
+    "learning_rate",
+    "batch_size",
+    "seed",
+    "loss",
+    "pad_multiple",
+    "max_pad_overhead",
+    "imports",
+    "unsafe_deserialization",
+    "min_agreement",
+    "atol",
+    "rtol",
+    "baseline",
+    "max_regression",
+    "auto_keep",
+    "search_budget",
+    "speed",
+    "bench_onnx",
+    "min_speedup",
+)
 
 
 def conversion_flags(given_only: bool = False, exclude: tuple[str, ...] = ()):
@@ -289,25 +335,28 @@ def gate_flags(stored: bool, baseline: bool = True):
     ]
     options.append(
         click.option(
-            "--min-speedup", "min_speedup", type=click.FloatRange(min=0, min_open=True), metavar="X",
+            "--min-speedup",
+            "min_speedup",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="X",
             help="Fail unless the converted model is at least X times as fast as float32 on the machine that "
             f"measured it (report.json's speed: the savedmodel path, else keras). {default('off')}",
         )
-    )  # fmt: skip
+    )
     if baseline:
         options += [
-        click.option(
-            "--baseline",
-            type=click.Path(path_type=Path),
-            help="An earlier run's report.json: fail when the converted metric is worse than its by more than "
-            f"--max-regression. {default('none')}",
-        ),
-        click.option(
-            "--max-regression",
-            type=click.FloatRange(min=0),
-            help=f"Largest allowed worsening against --baseline, in the metric's units. {default(DEFAULT_MAX_REGRESSION)}",
-        ),
-    ]
+            click.option(
+                "--baseline",
+                type=click.Path(path_type=Path),
+                help="An earlier run's report.json: fail when the converted metric is worse than its by more than "
+                f"--max-regression. {default('none')}",
+            ),
+            click.option(
+                "--max-regression",
+                type=click.FloatRange(min=0),
+                help=f"Largest allowed worsening against --baseline, in the metric's units. {default(DEFAULT_MAX_REGRESSION)}",
+            ),
+        ]
 
     return lambda command: _apply(command, options)
 
@@ -321,7 +370,9 @@ def output_flags(what: str = "report"):
             help="Write a JUnit XML file, one test case per " + ("check." if what == "report" else "model and policy."),
         ),
         click.option("--summary", metavar="FILE|-", help="Write a Markdown summary (for a CI job page); - for stdout."),
-        click.option("--json", "as_json", is_flag=True, help=f"Print the {what} as JSON on stdout, and nothing else there."),
+        click.option(
+            "--json", "as_json", is_flag=True, help=f"Print the {what} as JSON on stdout, and nothing else there."
+        ),
     ]
     return lambda command: _apply(command, options)
 
@@ -378,6 +429,7 @@ class Outputs:
             click.echo(show.markdown(report), nl=False)
         if self.as_json:
             click.echo(json.dumps(report, indent=2, allow_nan=False))
+
 
 def silence_frameworks() -> None:
     """Keep TensorFlow's C++ and Python log noise away from the user.

@@ -11,7 +11,8 @@ place that knows those shapes.
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .errors import MpconvertError
 

@@ -13,10 +13,10 @@ import math
 import os
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class Task:
     def classes(self) -> int | None:
         return self.output.shape[-1] if self.kind == "softmax" else None
 
-    def scored_by(self, labels: np.ndarray | None) -> "Task":
+    def scored_by(self, labels: np.ndarray | None) -> Task:
         """The task as its checked labels score it: a sigmoid output is not always a binary classifier.
 
         Class ids (n,) for a Dense(k > 1, "sigmoid") output are scored like a
@@ -121,12 +121,12 @@ def load_npz(path: Path, signature: Signature, task: Task) -> EvalData:
         except MemoryError:
             # Checking converts the arrays (astype, isfinite), which needs
             # memory beside them; reading itself is guarded per key.
-            raise MpconvertError(
-                f"ran out of memory while checking data file {path}", hint=_SMALLER_SPLIT
-            ) from None
+            raise MpconvertError(f"ran out of memory while checking data file {path}", hint=_SMALLER_SPLIT) from None
 
 
-def _eval_data(where: str, arrays: Mapping[str, np.ndarray], signature: Signature, task: Task, source: str, origin: str | None) -> EvalData:
+def _eval_data(
+    where: str, arrays: Mapping[str, np.ndarray], signature: Signature, task: Task, source: str, origin: str | None
+) -> EvalData:
     validation = _split(where, arrays, signature, task, "", required=True)
     train = _split(where, arrays, signature, task, "_train", required=False)
     return EvalData(validation, train, source, origin)
@@ -171,7 +171,9 @@ def load_callable(spec: str, signature: Signature, task: Task) -> EvalData:
     return _from_parts(f"--data {spec}", result[0], result[1], signature, task, "callable", spec)
 
 
-def _from_parts(where: str, train, validation, signature: Signature, task: Task, source: str, origin: str | None = None) -> EvalData:
+def _from_parts(
+    where: str, train, validation, signature: Signature, task: Task, source: str, origin: str | None = None
+) -> EvalData:
     """EvalData from (x, y) pairs or Datasets, checked like an .npz's arrays."""
     if validation is None:
         raise MpconvertError(f"{where} has no validation data", hint="give (train, validation); train may be None")
@@ -349,7 +351,9 @@ def _unreadable(path: Path, exc: Exception) -> MpconvertError:
     )
 
 
-def _split(where: str, arrays: Mapping[str, np.ndarray], signature: Signature, task: Task, suffix: str, required: bool) -> Split | None:
+def _split(
+    where: str, arrays: Mapping[str, np.ndarray], signature: Signature, task: Task, suffix: str, required: bool
+) -> Split | None:
     keys = input_keys(signature, suffix)
     label_key = "y" + suffix
     present = [k for k in keys + [label_key] if k in arrays]
@@ -377,9 +381,7 @@ def _check_input(where: str, key: str, array: np.ndarray, spec: TensorSpec) -> n
     expected = f"expected {spec.describe()} for input {spec.name!r}"
     if array.size == 0 or array.ndim == 0:
         raise MpconvertError(f"{where}: {key!r} is empty", hint=f"{expected}, with at least one row")
-    if array.ndim != len(spec.shape) or any(
-        d is not None and a != d for a, d in zip(array.shape[1:], spec.shape[1:])
-    ):
+    if array.ndim != len(spec.shape) or any(d is not None and a != d for a, d in zip(array.shape[1:], spec.shape[1:])):
         raise MpconvertError(
             f"{where}: {key!r} has shape {array.shape}, {expected}",
             hint="reshape the array to the model's input shape",
@@ -439,8 +441,7 @@ def _check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nd
         # (n,) targets for an (n, 1) output are the same thing
         if int(np.prod(labels.shape[1:])) != int(np.prod(row_shape)):
             raise MpconvertError(
-                f"{where}: {key!r} has shape {labels.shape}, expected {out.describe()} "
-                f"like output {out.name!r}",
+                f"{where}: {key!r} has shape {labels.shape}, expected {out.describe()} like output {out.name!r}",
                 hint="store one target row per sample, shaped like the model output",
             )
         labels = labels.reshape((len(labels),) + row_shape)

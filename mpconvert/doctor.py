@@ -106,7 +106,9 @@ def bench_tensorflow(matmul: tuple = MATMUL, conv: tuple = CONV, repeats: int = 
         for dtype in DTYPES:
             args = [tf.cast(rng.normal(shape, stddev=0.1), dtype) for shape in shapes]
 
-            def run(fn=tf.function(compute), args=args):
+            traced = tf.function(compute)
+
+            def run(fn=traced, args=args):
                 return fn(*args).numpy()  # .numpy(): wait for the device to finish
 
             try:
@@ -170,8 +172,13 @@ def _child_loads(provider: str) -> bool:
         "print(s.get_providers()[0])\n"
     )
     try:
-        done = subprocess.run([sys.executable, "-c", script], input=model.SerializeToString(),
-                              capture_output=True, timeout=300, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            input=model.SerializeToString(),
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0 and done.stdout.decode().strip().endswith(provider)
@@ -196,7 +203,9 @@ def onnxruntime_providers() -> dict[str, list[str]]:
     return {"available": available, "usable": usable}
 
 
-def bench_onnxruntime(provider: str = ORT_CPU, matmul: tuple = MATMUL, conv: tuple = CONV, repeats: int = REPEATS) -> dict:
+def bench_onnxruntime(
+    provider: str = ORT_CPU, matmul: tuple = MATMUL, conv: tuple = CONV, repeats: int = REPEATS
+) -> dict:
     """Matmul and conv in each dtype on one ONNX Runtime provider.
 
     A dtype the provider has no kernel for (bfloat16 on CPU) is reported as
@@ -317,8 +326,9 @@ class Diagnosis:
         }
 
 
-def diagnose(hardware: Hardware | None = None, matmul: tuple | None = None, conv: tuple | None = None,
-             repeats: int = REPEATS) -> Diagnosis:  # fmt: skip
+def diagnose(
+    hardware: Hardware | None = None, matmul: tuple | None = None, conv: tuple | None = None, repeats: int = REPEATS
+) -> Diagnosis:
     """Facts, the micro-benchmark (a few seconds) and the recommendation.
 
     `hardware` defaults to this machine's; the shapes to MATMUL and CONV.

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -176,7 +177,9 @@ class Trainer:
         return self.framework.loss_scale(self.optimizer) if self.scaled else None
 
 
-def _timed_float32_step(framework: Framework, original: Any, loss_fn: Any, options: FinetuneOptions, batches: list) -> float:
+def _timed_float32_step(
+    framework: Framework, original: Any, loss_fn: Any, options: FinetuneOptions, batches: list
+) -> float:
     """Median train-step time of a float32 copy of the original, in ms.
 
     A copy, because the original's weights must never change.
@@ -278,9 +281,14 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
         requested_steps=options.steps,
         skipped_steps=skipped,
         loss_scale=(
-            {"initial": initial_scale, "final": scales[-1], "min": min(scales)} if initial_scale is not None and scales else None
+            {"initial": initial_scale, "final": scales[-1], "min": min(scales)}
+            if initial_scale is not None and scales
+            else None
         ),
-        loss={"first": finite_losses[0] if finite_losses else None, "last": losses[-1] if np.isfinite(losses[-1]) else None},
+        loss={
+            "first": finite_losses[0] if finite_losses else None,
+            "last": losses[-1] if np.isfinite(losses[-1]) else None,
+        },
         metric=metric,
         metric_before=metric_before,
         metric_after=metric_after,

@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Iterator
+from typing import Any
 
 
 @dataclass(frozen=True)

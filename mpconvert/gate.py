@@ -69,7 +69,16 @@ SPEED_PATHS_JUDGED = ("savedmodel", "keras")
 
 # What makes a JSON file an mpconvert report: the keys the gate reads.
 _REPORT_KEYS = ("policy", "source", "layers", "validation", "artifacts")
-_VALIDATION_KEYS = ("metric", "reference", "converted", "drop", "agreement", "max_abs_diff", "rows", "nonfinite_outputs")
+_VALIDATION_KEYS = (
+    "metric",
+    "reference",
+    "converted",
+    "drop",
+    "agreement",
+    "max_abs_diff",
+    "rows",
+    "nonfinite_outputs",
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,7 @@ class Thresholds:
     min_speedup: float | None = None
 
     @classmethod
-    def defaults(cls, policy: str | Precision, max_drop: float = DEFAULT_MAX_DROP) -> "Thresholds":
+    def defaults(cls, policy: str | Precision, max_drop: float = DEFAULT_MAX_DROP) -> Thresholds:
         return cls(
             max_drop=max_drop,
             min_agreement=DEFAULT_MIN_AGREEMENT,
@@ -108,14 +117,14 @@ class Thresholds:
         )
 
     @classmethod
-    def from_dict(cls, stored: dict) -> "Thresholds":
+    def from_dict(cls, stored: dict) -> Thresholds:
         baseline = stored.get("baseline")
         return cls(**{**stored, "baseline": Baseline(**baseline) if baseline else None})
 
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def overridden(self, options: GateOptions, metric: str | None) -> "Thresholds":
+    def overridden(self, options: GateOptions, metric: str | None) -> Thresholds:
         """These thresholds with the ones given on the command line.
 
         `metric` is what the report measures (None: not measured); a
@@ -199,8 +208,6 @@ def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
     return GateResult(tuple(checks), thresholds)
 
 
-
-
 def _policy_rewrite(report: dict) -> Check:
     policy = report["policy"]
     converted = sum(1 for layer in report["layers"] if layer["policy"] == policy)
@@ -220,9 +227,7 @@ def _policy_rewrite(report: dict) -> Check:
 def _finetune_health(tuning: dict) -> Check:
     values = {key: tuning[key] for key in ("steps", "requested_steps", "skipped_steps", "healthy", "kept")}
     if tuning["healthy"]:
-        message = (
-            f"{tuning['steps']} steps, {tuning['skipped_steps']} skipped; kept the {tuning['kept']} weights"
-        )
+        message = f"{tuning['steps']} steps, {tuning['skipped_steps']} skipped; kept the {tuning['kept']} weights"
         return Check(FINETUNE_HEALTH, True, message, values)
     message = f"stopped after {tuning['steps']} of {tuning['requested_steps']} steps: {tuning['problem']}"
     if tuning.get("advice"):
@@ -299,8 +304,7 @@ def check_agreement(v: dict, min_agreement: float) -> Check | None:
     agreement = v["agreement"]
     passed = within(min_agreement, agreement)
     message = (
-        f"predictions agree on {agreement:.2%} of {_decisive(v)} rows "
-        f"{'>=' if passed else '<'} min {min_agreement:.2%}"
+        f"predictions agree on {agreement:.2%} of {_decisive(v)} rows {'>=' if passed else '<'} min {min_agreement:.2%}"
     )
     values = {"agreement": agreement, "min_agreement": min_agreement, "rows": v.get("agreement_rows", v["rows"])}
     return Check(AGREEMENT, passed, message, values)
@@ -418,8 +422,14 @@ def check_speed(speed: dict | None, min_speedup: float) -> Check:
         return Check(SPEED, False, message, values)
     name, path = timed[0]
     ratio = path["ratio"]
-    values.update(path=name, ratio=ratio, float32_ms=path["float32_ms"], converted_ms=path["converted_ms"],
-                  device=speed.get("device"), batch=speed.get("batch"))  # fmt: skip
+    values.update(
+        path=name,
+        ratio=ratio,
+        float32_ms=path["float32_ms"],
+        converted_ms=path["converted_ms"],
+        device=speed.get("device"),
+        batch=speed.get("batch"),
+    )
     passed = within(min_speedup, ratio)
     message = (
         f"{name} {ratio:.2f}x as fast as float32 ({path['float32_ms']:.3g} ms -> {path['converted_ms']:.3g} ms, "

@@ -26,8 +26,9 @@ inputs whose squares overflow, not assumed.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,13 @@ LARGE_VALUE = 1.0
 EXACT_INTEGERS = {"float16": 2048, "bfloat16": 256}
 # The smallest positive value each format holds (float16's subnormal 2**-24).
 SMALLEST = {"float16": 2.0**-24, "bfloat16": 9.2e-41}
-_NORMALIZING = ("BatchNormalization", "LayerNormalization", "GroupNormalization", "RMSNormalization", "UnitNormalization")
+_NORMALIZING = (
+    "BatchNormalization",
+    "LayerNormalization",
+    "GroupNormalization",
+    "RMSNormalization",
+    "UnitNormalization",
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ def _float_config_values(config: Any, path: str = "") -> list[tuple[str, float]]
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def computes_in_float32(framework: Framework, class_name: str, policy: str) -> bool:
     """Whether a normalization layer class survives inputs whose squares overflow 16 bits.
 
@@ -134,7 +141,9 @@ def _information_loss(values: np.ndarray, precision: Precision) -> str | None:
     if share < LOSSY_UNIT_SHARE or len(values) < 2:
         return None
     spacing = float(_spacing(np.array(magnitude), precision))
-    return f"varies by {spread:.3g} around {magnitude:.4g}, below {precision.compute_dtype}'s spacing {spacing:.3g} there"
+    return (
+        f"varies by {spread:.3g} around {magnitude:.4g}, below {precision.compute_dtype}'s spacing {spacing:.3g} there"
+    )
 
 
 def _lint_input(name: str, value: np.ndarray, precision: Precision, flag_readers: Callable) -> None:
@@ -142,14 +151,20 @@ def _lint_input(name: str, value: np.ndarray, precision: Precision, flag_readers
     dtype = precision.compute_dtype
     largest = float(np.abs(value[np.isfinite(value)]).max(initial=0.0))
     if largest > precision.max_finite * OVERFLOW_MARGIN:
-        flag_readers(name, "input overflow",
-                     f"input {name!r} holds values up to {largest:.3g} > {dtype} max {precision.max_finite:g}",
-                     max=largest)  # fmt: skip
+        flag_readers(
+            name,
+            "input overflow",
+            f"input {name!r} holds values up to {largest:.3g} > {dtype} max {precision.max_finite:g}",
+            max=largest,
+        )
         return
     if np.all(np.equal(np.mod(value, 1), 0)) and largest > EXACT_INTEGERS[dtype]:
-        flag_readers(name, "input information loss",
-                     f"input {name!r} holds integers up to {largest:.6g}, beyond {dtype}'s exact {EXACT_INTEGERS[dtype]}",
-                     max=largest)  # fmt: skip
+        flag_readers(
+            name,
+            "input information loss",
+            f"input {name!r} holds integers up to {largest:.6g}, beyond {dtype}'s exact {EXACT_INTEGERS[dtype]}",
+            max=largest,
+        )
         return
     lost = _information_loss(value, precision)
     if lost:
@@ -164,7 +179,9 @@ def _largest(values: list[np.ndarray]) -> float:
     return max((float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for v in values), default=0.0)
 
 
-def lint(model: Any, framework: Framework, precision: Precision, inputs: list[np.ndarray], candidates: set[str]) -> Lint:
+def lint(
+    model: Any, framework: Framework, precision: Precision, inputs: list[np.ndarray], candidates: set[str]
+) -> Lint:
     """Findings for the layers the plan would convert (`candidates`, by path), on the float32 model.
 
     Every layer call is checked (nested models' layers under their paths,
@@ -204,15 +221,23 @@ def lint(model: Any, framework: Framework, precision: Precision, inputs: list[np
             seen = first_output.get(call.sources[0]) if call.sources else None
             square = _largest(_floats([seen] if seen is not None else [])) ** 2
             if square > limit:
-                flag(name, "intermediate overflow",
-                     f"squares its input (up to {square:.3g}) > {dtype} max {precision.max_finite:g}", max=square)  # fmt: skip
+                flag(
+                    name,
+                    "intermediate overflow",
+                    f"squares its input (up to {square:.3g}) > {dtype} max {precision.max_finite:g}",
+                    max=square,
+                )
         outputs = _floats(call.outputs)
         largest = _largest(outputs)
         if largest > limit:
             message = f"output max {largest:.3g} > {dtype} max {precision.max_finite:g}"
             flag(name, "overflow", message, max=largest)
-            flag_readers(name, "input overflow", f"reads {name!r}: input max {largest:.3g} > {dtype} max {precision.max_finite:g}",
-                         max=largest)  # fmt: skip
+            flag_readers(
+                name,
+                "input overflow",
+                f"reads {name!r}: input max {largest:.3g} > {dtype} max {precision.max_finite:g}",
+                max=largest,
+            )
             continue
         lost = next(filter(None, (_information_loss(v, precision) for v in outputs)), None)
         if lost:
@@ -232,8 +257,12 @@ def _lint_held(layer: Any, name: str, cls: str, precision: Precision, normalizin
         config = {}
     for path, number in _float_config_values(config):
         if abs(number) > precision.max_finite:
-            flag(name, "constant", f"config {path} = {number:g} overflows {dtype} (max {precision.max_finite:g})",
-                 value=number)  # fmt: skip
+            flag(
+                name,
+                "constant",
+                f"config {path} = {number:g} overflows {dtype} (max {precision.max_finite:g})",
+                value=number,
+            )
         elif "epsilon" in path and 0 < number < SMALLEST[dtype] and not normalizing:
             flag(name, "epsilon", f"epsilon {number:g} is 0 in {dtype} (smallest {SMALLEST[dtype]:g})", value=number)
     weights = [w for w in layer.get_weights() if np.issubdtype(w.dtype, np.floating) and w.size]

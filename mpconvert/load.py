@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .errors import MpconvertError
 from .frameworks import KERAS3, TF_KERAS, Framework, framework_of
@@ -166,8 +167,7 @@ def refuse_code_layers(path: Path, stored_config: dict) -> None:
     lambdas = sorted({_object_name(o) for o in _walk_objects(stored_config) if o["class_name"] == "Lambda"})
     if lambdas:
         raise MpconvertError(
-            f"{path} contains Lambda layer(s) {', '.join(lambdas)}, whose Python code "
-            "would run while loading",
+            f"{path} contains Lambda layer(s) {', '.join(lambdas)}, whose Python code would run while loading",
             hint="only if you trust this file, pass --unsafe-deserialization",
         )
 

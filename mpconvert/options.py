@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MpconvertError
-from .precision import POLICIES, Precision
+from .precision import Precision
 
 
 def _require(ok: bool, name: str, value: object, rule: str) -> None:
     """The Python API's counterpart of click's range checks, with the same wording."""
     if not ok:
         raise MpconvertError(f"{name}={value!r} is invalid: it must be {rule}", hint=f"pass a {name} that is {rule}")
+
 
 EXPORT_KINDS = ("savedmodel", "onnx")
 # What the report lists: a Keras 3 model's savedmodel export also writes model.keras.
@@ -124,7 +125,7 @@ class FinetuneOptions:
         _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a number > 0")
         _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
 
-    def resolved(self, has_train: bool) -> "FinetuneOptions":
+    def resolved(self, has_train: bool) -> FinetuneOptions:
         if self.steps is not None:
             return self
         return replace(self, steps=DEFAULT_FINETUNE_STEPS if has_train else 0)

@@ -24,8 +24,8 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 from . import interrupts
 from .errors import MpconvertError
@@ -115,10 +115,15 @@ def _lock_path(out: Path, part: str = "") -> Path:
 
 def _lock(out: Path) -> int:
     """An fd holding the exclusive flock on out's lock file; refuses a folder in use."""
-    return _take(_lock_path(out), out, shared=False, in_use=lambda owner: MpconvertError(
-        f"output folder {out} is in use by another mpconvert run (pid {owner})",
-        hint="wait for that run to finish, or choose another --out",
-    ))  # fmt: skip
+    return _take(
+        _lock_path(out),
+        out,
+        shared=False,
+        in_use=lambda owner: MpconvertError(
+            f"output folder {out} is in use by another mpconvert run (pid {owner})",
+            hint="wait for that run to finish, or choose another --out",
+        ),
+    )
 
 
 def _take(path: Path, out: Path, shared: bool, in_use: Callable[[str], MpconvertError]) -> int:

@@ -14,9 +14,10 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from . import interrupts
 from .artifacts import estimated_bytes, export_all
@@ -254,16 +255,23 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
     with converted.loaded.deserialization(), staged_output(out) as staging, reported_at(staging, out):
         with clock.stage("export"):
             artifacts = export_all(
-                converted.model, context.framework, context.signature, list(context.data.validation.inputs),
-                staging, options.export,
-            )  # fmt: skip
+                converted.model,
+                context.framework,
+                context.signature,
+                list(context.data.validation.inputs),
+                staging,
+                options.export,
+            )
         speed = converted.report.speed
         if options.export.bench_onnx and (staging / "model.onnx").is_file():
             with clock.stage("bench-onnx"):
                 timing = measure_onnx_speed(
-                    context.original, staging / "model.onnx", list(context.data.validation.inputs),
-                    signature=context.signature, opset=options.export.opset,
-                )  # fmt: skip
+                    context.original,
+                    staging / "model.onnx",
+                    list(context.data.validation.inputs),
+                    signature=context.signature,
+                    opset=options.export.opset,
+                )
             rows = context.data.validation.rows
             measured = Speed.from_dict(speed) if speed else Speed(probe_hardware().device, min(SPEED_BATCH, rows), rows)
             speed = {**(speed or {}), **measured.with_path("onnx", timing).as_dict()}

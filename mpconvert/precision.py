@@ -40,15 +40,13 @@ class Precision:
     onnx_elem_type: int
 
     @classmethod
-    def of(cls, policy: "str | Precision") -> "Precision":
+    def of(cls, policy: str | Precision) -> Precision:
         if isinstance(policy, Precision):
             return policy
         try:
             return PRECISIONS[policy]
         except (KeyError, TypeError):
-            raise MpconvertError(
-                f"unknown policy {policy!r}", hint=f"choose one of {', '.join(POLICIES)}"
-            ) from None
+            raise MpconvertError(f"unknown policy {policy!r}", hint=f"choose one of {', '.join(POLICIES)}") from None
 
     def __str__(self) -> str:
         return self.name

@@ -67,7 +67,7 @@ class Report:
     versions: dict = field(default_factory=versions)
 
     @classmethod
-    def from_dict(cls, stored: dict, thresholds: Thresholds) -> "Report":
+    def from_dict(cls, stored: dict, thresholds: Thresholds) -> Report:
         """A report read back from report.json; `passed` and `gate` are recomputed."""
         known = {f.name for f in fields(cls)} - {"thresholds"}
         return cls(**{k: v for k, v in stored.items() if k in known}, thresholds=thresholds)
@@ -87,20 +87,22 @@ class Report:
     def _body(self) -> dict:
         # Judged and written in the same JSON-safe form, so `mpconvert check`
         # on report.json gives the verdict the run gave.
-        return json_safe({
-            "policy": self.policy,
-            "source": self.source,
-            "layers": self.layers,
-            "fidelity": self.fidelity,
-            "finetune": self.finetune,
-            "validation": self.validation,
-            "padding": self.padding,
-            "auto_keep": self.auto_keep,
-            "speed": self.speed,
-            "artifacts": self.artifacts,
-            "versions": self.versions,
-            "timings": {k: round(v, 3) for k, v in self.timings.items()},
-        })
+        return json_safe(
+            {
+                "policy": self.policy,
+                "source": self.source,
+                "layers": self.layers,
+                "fidelity": self.fidelity,
+                "finetune": self.finetune,
+                "validation": self.validation,
+                "padding": self.padding,
+                "auto_keep": self.auto_keep,
+                "speed": self.speed,
+                "artifacts": self.artifacts,
+                "versions": self.versions,
+                "timings": {k: round(v, 3) for k, v in self.timings.items()},
+            }
+        )
 
     def as_dict(self) -> dict:
         gate = self.gate

@@ -17,8 +17,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -47,8 +48,15 @@ MODEL_CLASSES = ("Functional", "Sequential", "Model")
 # Preprocessing layers that map values to ids, bins or counts: integer work
 # with nothing to gain from 16 bits, and tf-keras's CategoryEncoding cannot
 # run in them at all (tf.math.bincount has no float16/bfloat16 kernel).
-INDEXING_LAYERS = ("IntegerLookup", "StringLookup", "Hashing", "HashedCrossing", "CategoryEncoding",
-                   "Discretization", "TextVectorization")  # fmt: skip
+INDEXING_LAYERS = (
+    "IntegerLookup",
+    "StringLookup",
+    "Hashing",
+    "HashedCrossing",
+    "CategoryEncoding",
+    "Discretization",
+    "TextVectorization",
+)
 
 
 @dataclass(frozen=True)
@@ -166,8 +174,7 @@ class _Planner:
         current = policy_name(config.get("dtype")) or "float32"
         if current in SIXTEEN_BIT:
             raise MpconvertError(
-                f"layer {path!r} ({cls}) already has dtype policy {current!r}: this model "
-                "is already mixed precision",
+                f"layer {path!r} ({cls}) already has dtype policy {current!r}: this model is already mixed precision",
                 hint="convert the float32 original instead; mpconvert does not convert twice",
             )
         if current != "float32":
@@ -175,7 +182,9 @@ class _Planner:
         if reason:
             return self.decide(path, cls, "float32", reason)
         if cls in INDEXING_LAYERS:
-            return self.decide(path, cls, "float32", "preprocessing layer: ids, bins or counts, nothing to compute in 16 bits")
+            return self.decide(
+                path, cls, "float32", "preprocessing layer: ids, bins or counts, nothing to compute in 16 bits"
+            )
         activation = activation_name(config.get("activation"))
         if cls == "Softmax" or (cls == "Activation" and activation in SOFTMAX_ACTIVATIONS):
             return self.decide(path, cls, "float32", "softmax")
@@ -245,7 +254,11 @@ def apply_plan(config: dict, model_class: str, plan: Plan, mixed: set[str] | Non
             path = prefix + entry_name(entry)
             split = splits.get(path)
             if split is not None:
-                entries.extend(_split_entry(entry, split, sequential, mixed_here=prefix + split.linear_name in mixed, policy=plan.policy))
+                entries.extend(
+                    _split_entry(
+                        entry, split, sequential, mixed_here=prefix + split.linear_name in mixed, policy=plan.policy
+                    )
+                )
                 continue
             if path in mixed:
                 entry["config"]["dtype"] = plan.policy
@@ -302,15 +315,25 @@ def rewrite(model: Any, framework: Framework, options: RewriteOptions, rows: lis
                 raise AssertionError(f"layers kept float32 still round their weights: {sorted(rounded)}")
             compute = plan.policy.removeprefix("mixed_")
             kept = tuple(
-                (path, f"stores its weights in {compute} under {plan.policy}, which rounds them (by up to {change:.3g})")
+                (
+                    path,
+                    f"stores its weights in {compute} under {plan.policy}, which rounds them (by up to {change:.3g})",
+                )
                 for path, change in rounded.items()
             )
             options = dataclasses.replace(options, auto_keep=options.auto_keep + kept)
             plan = plan_conversion(config, cls, options)
 
 
-def rebuild_with(model: Any, framework: Framework, config: dict, model_class: str, plan: Plan, mixed: set[str],
-                 smoke_inputs: list[np.ndarray]) -> Any:  # fmt: skip
+def rebuild_with(
+    model: Any,
+    framework: Framework,
+    config: dict,
+    model_class: str,
+    plan: Plan,
+    mixed: set[str],
+    smoke_inputs: list[np.ndarray],
+) -> Any:
     """`model` rebuilt with only the `mixed` layers of `plan` in 16 bits (the search's trials).
 
     Built exactly as `rewrite` builds, from the same plan, whose float32
@@ -320,7 +343,9 @@ def rebuild_with(model: Any, framework: Framework, config: dict, model_class: st
         return _build(framework, model, apply_plan(config, model_class, plan, mixed), plan, smoke_inputs)[0]
 
 
-def _build(framework: Framework, model: Any, config: dict, plan: Plan, smoke_inputs: list[np.ndarray]) -> tuple[Any, dict[str, float]]:
+def _build(
+    framework: Framework, model: Any, config: dict, plan: Plan, smoke_inputs: list[np.ndarray]
+) -> tuple[Any, dict[str, float]]:
     """The model from `config` with all of `model`'s state; and the layers whose weights it rounded."""
     new = framework.model_from_config(model, config)
     # The state goes in before the first call: a lookup layer called before

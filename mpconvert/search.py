@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .context import Context
-from .trace import Call, layer_at, trace
 from .options import MAX_SEARCH_SHARE
 from .rewrite import Plan, rebuild_with
+from .trace import Call, layer_at, trace
 from .validate import judge, predict
 
 Verdict = Callable[[dict], bool]  # a trial's validation (JSON form) -> passes the gate's checks
@@ -54,10 +55,13 @@ class Search:
             "trials": len(self.trials),
             "seconds": round(self.seconds, 3),
             "kept": list(self.kept),
-            "ranking": [{"layer": n, "sensitivity": None if not math.isfinite(s) else round(s, 6)}
-                        for n, s in self.ranking[:10]],  # fmt: skip
-            "drop": [{"kept": t["kept"], "drop": t["drop"], "agreement": t["agreement"], "passed": t["passed"]}
-                     for t in self.trials],  # fmt: skip
+            "ranking": [
+                {"layer": n, "sensitivity": None if not math.isfinite(s) else round(s, 6)} for n, s in self.ranking[:10]
+            ],
+            "drop": [
+                {"kept": t["kept"], "drop": t["drop"], "agreement": t["agreement"], "passed": t["passed"]}
+                for t in self.trials
+            ],
         }
 
 
@@ -69,8 +73,13 @@ def _float32_twin(layer: Any) -> Any:
     return type(layer).from_config({**layer.get_config(), "dtype": "float32"})
 
 
-def rank(context: Context, mixed_model: Any, names: list[str], rows: list[np.ndarray],
-         originals: dict[str, str] | None = None) -> list[tuple[str, float]]:  # fmt: skip
+def rank(
+    context: Context,
+    mixed_model: Any,
+    names: list[str],
+    rows: list[np.ndarray],
+    originals: dict[str, str] | None = None,
+) -> list[tuple[str, float]]:
     """(layer, sensitivity) for each plan name, most sensitive first.
 
     Each 16-bit layer of `mixed_model` runs alone on what the float32 model
@@ -109,8 +118,17 @@ def rank(context: Context, mixed_model: Any, names: list[str], rows: list[np.nda
     return sorted(scores, key=lambda item: -item[1])
 
 
-def search(context: Context, plan: Plan, config: dict, model_class: str, verdict: Verdict, budget: float,
-           smoke: list[np.ndarray], mixed_model: Any, originals: dict[str, str] | None = None) -> Search:  # fmt: skip
+def search(
+    context: Context,
+    plan: Plan,
+    config: dict,
+    model_class: str,
+    verdict: Verdict,
+    budget: float,
+    smoke: list[np.ndarray],
+    mixed_model: Any,
+    originals: dict[str, str] | None = None,
+) -> Search:
     """The smallest set of plan layers to keep float32 so that `verdict` passes."""
     started = time.perf_counter()
     result = Search()
@@ -130,7 +148,9 @@ def search(context: Context, plan: Plan, config: dict, model_class: str, verdict
         model = rebuild_with(context.original, context.framework, config, model_class, plan, mixed, smoke)
         v = judge(context, reference, predict(model, validation_rows.inputs)).as_dict()
         passed = tried[frozenset(kept)] = verdict(v)
-        result.trials.append({"kept": sorted(kept), "drop": v["drop"], "agreement": v["agreement"], "passed": passed, "v": v})
+        result.trials.append(
+            {"kept": sorted(kept), "drop": v["drop"], "agreement": v["agreement"], "passed": passed, "v": v}
+        )
         return passed
 
     def out_of_time() -> bool:

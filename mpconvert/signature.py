@@ -37,9 +37,7 @@ def _dtype_name(dtype: Any) -> str:
 
 def signature_of(model: Any) -> Signature:
     names = getattr(model, "input_names", None) or [t.name for t in model.inputs]
-    inputs = tuple(
-        TensorSpec(str(name), tuple(t.shape), _dtype_name(t.dtype)) for name, t in zip(names, model.inputs)
-    )
+    inputs = tuple(TensorSpec(str(name), tuple(t.shape), _dtype_name(t.dtype)) for name, t in zip(names, model.inputs))
     # Keras 3 Sequential models have no output_names; their output is the last layer's.
     out_names = getattr(model, "output_names", None) or [model.layers[-1].name]
     outputs = tuple(
@@ -92,12 +90,16 @@ def refuse_string_inputs(model: Any, signature: Signature) -> None:
     if not strings:
         return
     names = {spec.name for spec in strings}
-    readers = sorted({
-        f"{node.layer.name!r} ({type(node.layer).__name__})"
-        for node in nodes(model)
-        if any(getattr(t, "_keras_history", [None])[0] is not None and t._keras_history[0].name in names
-               for t in node.inputs)
-    })  # fmt: skip
+    readers = sorted(
+        {
+            f"{node.layer.name!r} ({type(node.layer).__name__})"
+            for node in nodes(model)
+            if any(
+                getattr(t, "_keras_history", [None])[0] is not None and t._keras_history[0].name in names
+                for t in node.inputs
+            )
+        }
+    )
     spec = strings[0]
     read = f", read by {', '.join(readers)}" if readers else ""
     raise MpconvertError(

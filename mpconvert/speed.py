@@ -29,9 +29,10 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .options import DEFAULT_OPSET
 from .precision import Precision
@@ -147,10 +148,10 @@ def fast_units(hardware: Hardware, dtype: str) -> tuple[bool | None, str]:
     if hardware.gpus:
         gpu = hardware.gpus[0]
         has = gpu.tensor_cores(dtype)
-        need = "%d.%d" % TENSOR_CORES[dtype]
+        need = "{}.{}".format(*TENSOR_CORES[dtype])
         if has is None:
             return None, f"the compute capability of {gpu.name} is unknown ({dtype} Tensor Cores need {need})"
-        cc = "%d.%d" % tuple(gpu.compute_capability)
+        cc = "{}.{}".format(*gpu.compute_capability)
         if has:
             return True, f"{dtype} Tensor Cores on {gpu.name} (compute capability {cc})"
         return False, f"no {dtype} Tensor Cores on {gpu.name}: compute capability {cc}, they need {need}"
@@ -218,11 +219,16 @@ class PathSpeed:
         return self.float32_ms / self.converted_ms
 
     def as_dict(self) -> dict:
-        return {"float32_ms": self.float32_ms, "converted_ms": self.converted_ms, "ratio": self.ratio,
-                "runtime": self.runtime, "note": self.note}  # fmt: skip
+        return {
+            "float32_ms": self.float32_ms,
+            "converted_ms": self.converted_ms,
+            "ratio": self.ratio,
+            "runtime": self.runtime,
+            "note": self.note,
+        }
 
     @classmethod
-    def from_dict(cls, stored: dict) -> "PathSpeed":
+    def from_dict(cls, stored: dict) -> PathSpeed:
         return cls(stored["float32_ms"], stored["converted_ms"], stored.get("runtime", ""), stored.get("note"))
 
 
@@ -240,13 +246,13 @@ class Speed:
     paths: dict[str, PathSpeed] = field(default_factory=dict)
     memory: dict | None = None  # activation_memory's result
 
-    def with_path(self, name: str, timing: PathSpeed) -> "Speed":
+    def with_path(self, name: str, timing: PathSpeed) -> Speed:
         """This result with one more path (the ONNX file, timed after the export)."""
         return replace(self, paths={**self.paths, name: timing})
 
     @property
     def summary(self) -> str:
-        """"savedmodel 1.62x, keras 1.58x as fast as float32 (batch 256 of 450 validation rows, CPU: ...)"."""
+        """ "savedmodel 1.62x, keras 1.58x as fast as float32 (batch 256 of 450 validation rows, CPU: ...)"."""
         timed = ", ".join(f"{name} {p.ratio:.2f}x" for name, p in self.paths.items() if p.ratio is not None)
         untimed = [f"{name} not timed: {p.note}" for name, p in self.paths.items() if p.ratio is None]
         rows = f"all {self.rows} validation rows" if self.batch == self.rows else f"{self.rows} validation rows"
@@ -267,7 +273,7 @@ class Speed:
         }
 
     @classmethod
-    def from_dict(cls, stored: dict) -> "Speed":
+    def from_dict(cls, stored: dict) -> Speed:
         paths = {name: PathSpeed.from_dict(p) for name, p in stored["paths"].items()}
         return cls(stored["device"], stored["batch"], stored.get("rows", stored["batch"]), paths, stored.get("memory"))
 
@@ -327,7 +333,10 @@ def measure_speed(
     feeds = [tf.constant(x[:n]) for x in inputs]
     timed = {}
     for path in paths:
-        runs = {name: _runner(path, model, signature, feeds) for name, model in (("float32", original), ("converted", converted))}
+        runs = {
+            name: _runner(path, model, signature, feeds)
+            for name, model in (("float32", original), ("converted", converted))
+        }
         ms = median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1)
         timed[path] = PathSpeed(_ms(ms["float32"]), _ms(ms["converted"]), "tensorflow")
     found = activation_memory(original, converted, n, inputs=feeds, signature=signature) if memory else None
@@ -395,7 +404,9 @@ def activation_memory(
     if inputs is not None and tf.config.list_physical_devices("GPU"):
         signature = signature or signature_of(original)
         f32, conv = (_peak_gpu_bytes(_runner("keras", m, signature, inputs)) for m in (original, converted))
-        method = f"measured: peak GPU memory of one forward pass at batch {batch} (tf.config.experimental.get_memory_info)"
+        method = (
+            f"measured: peak GPU memory of one forward pass at batch {batch} (tf.config.experimental.get_memory_info)"
+        )
         unknown: list[str] = []
     else:
         (f32, missing_f32), (conv, missing_conv) = activation_bytes(original, batch), activation_bytes(converted, batch)
@@ -466,8 +477,10 @@ def measure_onnx_speed(
     except Exception as exc:  # ONNX Runtime's own exception classes
         if not _missing_kernel(exc):
             raise
-        note = (f"{Path(converted_onnx).name} does not run as written on {runtime} ({first_line(exc)}); "
-                "not timed on an emulated copy, which would time float32 arithmetic")  # fmt: skip
+        note = (
+            f"{Path(converted_onnx).name} does not run as written on {runtime} ({first_line(exc)}); "
+            "not timed on an emulated copy, which would time float32 arithmetic"
+        )
     ms = median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1)
     return PathSpeed(_ms(ms["float32"]), _ms(ms["converted"]) if "converted" in runs else None, runtime, note)
 

@@ -10,8 +10,9 @@ from .frameworks import Framework
 from .trace import is_container
 
 
-def copy_model_state(framework: Framework, old: Any, new: Any, renames: dict[str, str] | None = None,
-                     prefix: str = "") -> dict[str, float]:  # fmt: skip
+def copy_model_state(
+    framework: Framework, old: Any, new: Any, renames: dict[str, str] | None = None, prefix: str = ""
+) -> dict[str, float]:
     """Copy every layer's state from `old` into `new`, its rebuild; returns the layers whose weights changed.
 
     `renames` maps a layer path of `old` to the name its rebuild has in `new`

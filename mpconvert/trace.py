@@ -19,8 +19,9 @@ differ between Keras 3 (`node.operation`, `node.arguments`) and tf-keras
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

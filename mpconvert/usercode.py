@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
 
 from .errors import MpconvertError
 

@@ -263,15 +263,21 @@ def _finite(value: float) -> float | None:
     return value if np.isfinite(value) else None
 
 
-def judge(context: "Context", reference: list[np.ndarray], converted: list[np.ndarray]) -> Validation:
+def judge(context: Context, reference: list[np.ndarray], converted: list[np.ndarray]) -> Validation:
     """`compare` on the validation split, with the conversion's task, metric and outputs."""
     return compare(
-        reference, converted, context.data.validation, context.task, context.metric, context.data.source,
-        context.precision.resolution, [o.name for o in context.signature.outputs],
-    )  # fmt: skip
+        reference,
+        converted,
+        context.data.validation,
+        context.task,
+        context.metric,
+        context.data.source,
+        context.precision.resolution,
+        [o.name for o in context.signature.outputs],
+    )
 
 
-def validate(context: "Context", converted_model: Any) -> Validation:
+def validate(context: Context, converted_model: Any) -> Validation:
     """Compare the converted model with the float32 original on the validation split."""
     inputs = context.data.validation.inputs
     return judge(context, predict(context.original, inputs), predict(converted_model, inputs))

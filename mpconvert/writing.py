@@ -13,8 +13,8 @@ import contextlib
 import errno
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from .errors import MpconvertError, WriteError
 
@@ -64,7 +64,10 @@ def write_error(path: Path, what: str, code: int, reason: str, needed: int | Non
     message = f"cannot write {what} to {path}: {reason}"
     if code in _FULL:
         free = _free(Path(path))
-        room = [f"it needs about {human(needed)}" if needed else None, f"{human(free)} free there" if free is not None else None]
+        room = [
+            f"it needs about {human(needed)}" if needed else None,
+            f"{human(free)} free there" if free is not None else None,
+        ]
         room = [r for r in room if r]
         if room:
             message += f" ({'; '.join(room)})"

@@ -32,9 +32,9 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 # caller's environment says.
 os.environ["KERAS_BACKEND"] = "tensorflow"
 
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402
 import tf_keras  # noqa: E402
 from sklearn.datasets import load_breast_cancer, load_digits  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
@@ -78,9 +78,7 @@ def make_digits():
     # Raw pixels are integers 0..16; scaling keeps inputs in [0, 1].
     x = (ds.data / 16.0).astype(np.float32)
     y = ds.target.astype(np.int64)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=TEST_SIZE, stratify=y, random_state=SEED
-    )
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=TEST_SIZE, stratify=y, random_state=SEED)
     write_npz(DIGITS_NPZ, x_train, y_train, x_test, y_test)
 
 
@@ -90,9 +88,7 @@ def make_breast_cancer():
     # scikit-learn codes 0 = malignant, 1 = benign; flipped so that class 1
     # is what the model's sigmoid output (named "malignant") predicts.
     y = (1 - ds.target).astype(np.int64)
-    x_train, x_test, y_train, y_test = train_test_split(
-        x, y, test_size=TEST_SIZE, stratify=y, random_state=SEED
-    )
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=TEST_SIZE, stratify=y, random_state=SEED)
     # Statistics from the train split only, so nothing about the test set
     # leaks into the model's inputs.
     mean = x_train.mean(axis=0)
@@ -136,8 +132,7 @@ def build_digits_mlp(d):
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
-    model.fit(d["x_train"], d["y_train"], epochs=60, batch_size=32,
-              shuffle=True, verbose=0)
+    model.fit(d["x_train"], d["y_train"], epochs=60, batch_size=32, shuffle=True, verbose=0)
     acc = accuracy(model.predict(d["x"], verbose=0), d["y"])
     remove(DIGITS_MLP)
     model.save(str(DIGITS_MLP), save_format="tf")
@@ -163,8 +158,7 @@ def build_digits_cnn(d):
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )
-    model.fit(d["x_train"], d["y_train"], epochs=30, batch_size=32,
-              shuffle=True, verbose=0)
+    model.fit(d["x_train"], d["y_train"], epochs=30, batch_size=32, shuffle=True, verbose=0)
     acc = accuracy(model.predict(d["x"], verbose=0), d["y"])
     remove(DIGITS_CNN)
     model.save(str(DIGITS_CNN))
@@ -184,8 +178,9 @@ def build_cancer_mlp(d):
         metrics=["accuracy"],
     )
     # Labels are 0/1 class ids; binary cross-entropy wants a float column.
-    model.fit(d["x_train"], d["y_train"].astype(np.float32).reshape(-1, 1),
-              epochs=40, batch_size=32, shuffle=True, verbose=0)
+    model.fit(
+        d["x_train"], d["y_train"].astype(np.float32).reshape(-1, 1), epochs=40, batch_size=32, shuffle=True, verbose=0
+    )
     acc = accuracy(model.predict(d["x"], verbose=0), d["y"])
     remove(CANCER_MLP)
     model.save(str(CANCER_MLP))
@@ -235,15 +230,12 @@ def main():
     for name, path, d, acc in built:
         reloaded = reload_accuracy(name, d)
         if reloaded != acc:
-            failures.append(f"{name}: accuracy {acc:.4f} after build but "
-                            f"{reloaded:.4f} after reload")
+            failures.append(f"{name}: accuracy {acc:.4f} after build but {reloaded:.4f} after reload")
         if acc < MIN_ACC[name]:
-            failures.append(f"{name}: test accuracy {acc:.4f} below "
-                            f"{MIN_ACC[name]}")
+            failures.append(f"{name}: test accuracy {acc:.4f} below {MIN_ACC[name]}")
         rows.append((name, path.relative_to(HERE.parent), size_of(path), acc, reloaded))
     for path in (DIGITS_NPZ, CANCER_NPZ):
-        rows.append((path.stem + " data", path.relative_to(HERE.parent),
-                     size_of(path), None, None))
+        rows.append((path.stem + " data", path.relative_to(HERE.parent), size_of(path), None, None))
 
     print(f"{'model':<18} {'file':<36} {'bytes':>9} {'test acc':>9} {'reloaded':>9}")
     for name, rel, size, acc, reloaded in rows:

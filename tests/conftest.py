@@ -15,7 +15,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "full: slow end-to-end cases left out of `make test`; `make test-full` runs them")
+    config.addinivalue_line(
+        "markers", "full: slow end-to-end cases left out of `make test`; `make test-full` runs them"
+    )
 
 
 def pytest_collection_modifyitems(config, items):

@@ -61,11 +61,15 @@ def preprocessing_zoo(K, x, codes, amount):
     pixel_in = K.Input((16,), name="pixels")
     branches = [
         norm(features),
-        K.layers.CategoryEncoding(num_tokens=lookup.vocabulary_size(), output_mode="one_hot", name="code_hot")(lookup(code_in)),
+        K.layers.CategoryEncoding(num_tokens=lookup.vocabulary_size(), output_mode="one_hot", name="code_hot")(
+            lookup(code_in)
+        ),
         K.layers.CategoryEncoding(num_tokens=4, output_mode="one_hot", name="bin_hot")(bins(amount_in)),
-        K.layers.CategoryEncoding(num_tokens=8, output_mode="one_hot", name="hash_hot")(K.layers.Hashing(8, name="hash")(code_in)),
+        K.layers.CategoryEncoding(num_tokens=8, output_mode="one_hot", name="hash_hot")(
+            K.layers.Hashing(8, name="hash")(code_in)
+        ),
         K.layers.Rescaling(1 / 255.0, name="rescale")(pixel_in),
-    ]  # fmt: skip
+    ]
     h = K.layers.Dense(16, activation="relu", name="hidden")(K.layers.Concatenate(name="joined")(branches))
     out = K.layers.Dense(3, activation="softmax", name="predictions")(h)
     return K.Model([features, code_in, amount_in, pixel_in], out, name="preprocessing_zoo")
@@ -74,15 +78,21 @@ def preprocessing_zoo(K, x, codes, amount):
 def nested_autoencoder(K, width: int = 64):
     """A Sequential encoder and decoder inside a Sequential (the classic tf.keras 2.x autoencoder)."""
     encoder = K.Sequential(
-        [K.Input((width,)), K.layers.Dense(32, activation="relu", name="enc_1"),
-         K.layers.Dense(8, activation="relu", name="code")],
+        [
+            K.Input((width,)),
+            K.layers.Dense(32, activation="relu", name="enc_1"),
+            K.layers.Dense(8, activation="relu", name="code"),
+        ],
         name="encoder",
-    )  # fmt: skip
+    )
     decoder = K.Sequential(
-        [K.Input((8,)), K.layers.Dense(32, activation="relu", name="dec_1"),
-         K.layers.Dense(width, activation="sigmoid", name="pixels")],
+        [
+            K.Input((8,)),
+            K.layers.Dense(32, activation="relu", name="dec_1"),
+            K.layers.Dense(width, activation="sigmoid", name="pixels"),
+        ],
         name="decoder",
-    )  # fmt: skip
+    )
     return K.Sequential([K.Input((width,)), encoder, decoder], name="autoencoder")
 
 
@@ -104,7 +114,9 @@ def shared_tower(K, inputs: int = 8):
     a, b = K.Input((inputs,), name="left"), K.Input((inputs,), name="right")
     shared = K.layers.Dense(12, activation="relu", name="shared")
     ta, tb = tower(a), tower(b)
-    joined = K.layers.Concatenate(name="joined")([shared(ta), shared(tb), shared(K.layers.Subtract(name="gap")([ta, tb]))])
+    joined = K.layers.Concatenate(name="joined")(
+        [shared(ta), shared(tb), shared(K.layers.Subtract(name="gap")([ta, tb]))]
+    )
     out = K.layers.Dense(3, activation="softmax", name="predictions")(joined)
     return K.Model([a, b], out, name="siamese")
 

@@ -52,9 +52,23 @@ def under_trained(tmp_path_factory):
 
 def test_fine_tuning_that_fixes_predictions_passes_the_agreement_check(under_trained, tmp_path):
     out = tmp_path / "out"
-    result = invoke(under_trained / "model.keras", "--policy", "mixed_bfloat16", "--data", under_trained / "data.npz",
-                    "--out", out, "--finetune-steps", "300", "--learning-rate", "1e-2", "--export", "savedmodel",
-                    "--pad-multiple", "0")  # fmt: skip
+    result = invoke(
+        under_trained / "model.keras",
+        "--policy",
+        "mixed_bfloat16",
+        "--data",
+        under_trained / "data.npz",
+        "--out",
+        out,
+        "--finetune-steps",
+        "300",
+        "--learning-rate",
+        "1e-2",
+        "--export",
+        "savedmodel",
+        "--pad-multiple",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     v = report["validation"]

@@ -6,22 +6,20 @@ TensorFlow; every data form the README lists is accepted.
 """
 
 import json
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+import tiny_models
 from click.testing import CliRunner
+from conftest import REPO, SAMPLES
 
 import mpconvert
-import tiny_models
-from conftest import REPO, SAMPLES
 from mpconvert.cli import cli
 
 DIGITS = SAMPLES / "data" / "digits.npz"
@@ -100,10 +98,18 @@ def test_check_rejudges_a_report_without_tensorflow(tmp_path):
         "policy": "mixed_float16",
         "source": {"path": "m.keras", "format": "keras", "loader": "keras"},
         "layers": [{"name": "d", "class_name": "Dense", "policy": "mixed_float16", "pinned": None}],
-        "validation": {"metric": "accuracy", "reference": 0.95, "converted": 0.94, "drop": 0.01, "agreement": 0.99,
-                       "max_abs_diff": 0.01, "rows": 100, "nonfinite_outputs": 0},
+        "validation": {
+            "metric": "accuracy",
+            "reference": 0.95,
+            "converted": 0.94,
+            "drop": 0.01,
+            "agreement": 0.99,
+            "max_abs_diff": 0.01,
+            "rows": 100,
+            "nonfinite_outputs": 0,
+        },
         "artifacts": [],
-    }  # fmt: skip
+    }
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
     code = (
@@ -264,9 +270,21 @@ def test_save_refuses_an_occupied_folder_and_force_replaces_it(tmp_path):
 def test_summary_names_the_format_and_framework(tmp_path):
     out = tmp_path / "o"
     result = CliRunner().invoke(
-        cli, [str(SAMPLES / "cancer_mlp.keras"), "--policy", "mixed_bfloat16", "--data", str(CANCER),
-              "--out", str(out), "--export", "savedmodel", "--finetune-steps", "0"],
-    )  # fmt: skip
+        cli,
+        [
+            str(SAMPLES / "cancer_mlp.keras"),
+            "--policy",
+            "mixed_bfloat16",
+            "--data",
+            str(CANCER),
+            "--out",
+            str(out),
+            "--export",
+            "savedmodel",
+            "--finetune-steps",
+            "0",
+        ],
+    )
     assert result.exit_code == 0, result.output
     # (a "warning:" line may come first on hardware without bfloat16 units)
     first = next(line for line in result.output.splitlines() if line.startswith("mpconvert "))
@@ -278,12 +296,31 @@ def test_opset_option_reaches_the_onnx_file(tmp_path):
 
     out = tmp_path / "o"
     result = CliRunner().invoke(
-        cli, [str(SAMPLES / "cancer_mlp.keras"), "--policy", "mixed_float16", "--data", str(CANCER),
-              "--out", str(out), "--export", "onnx", "--finetune-steps", "0", "--opset", "13"],
-    )  # fmt: skip
+        cli,
+        [
+            str(SAMPLES / "cancer_mlp.keras"),
+            "--policy",
+            "mixed_float16",
+            "--data",
+            str(CANCER),
+            "--out",
+            str(out),
+            "--export",
+            "onnx",
+            "--finetune-steps",
+            "0",
+            "--opset",
+            "13",
+        ],
+    )
     assert result.exit_code == 0, result.output
     proto = onnx.load(out / "model.onnx")
     assert [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")] == [13]
     report = json.loads((out / "report.json").read_text())
     assert report["artifacts"][0]["details"]["opset"] == 13
-    assert CliRunner().invoke(cli, [str(SAMPLES / "cancer_mlp.keras"), "--policy", "mixed_float16", "--opset", "19"]).exit_code == 2
+    assert (
+        CliRunner()
+        .invoke(cli, [str(SAMPLES / "cancer_mlp.keras"), "--policy", "mixed_float16", "--opset", "19"])
+        .exit_code
+        == 2
+    )

@@ -25,18 +25,29 @@ import onnx  # noqa: E402
 import pytest  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from onnx import TensorProto  # noqa: E402
+from onnx_graph import weight_initializers  # noqa: E402
 
 from mpconvert.cli import cli  # noqa: E402
-from onnx_graph import weight_initializers  # noqa: E402
 
 # Every family in keras.applications, by its smallest member: the larger ones
 # (ResNet152, EfficientNetB7, NASNetLarge, ConvNeXtXLarge) repeat the same
 # blocks at sizes this 2-core machine converts in tens of minutes each.
 ARCHITECTURES = [
-    "MobileNetV2", "EfficientNetB0", "ResNet50", "ConvNeXtTiny", "DenseNet121", "EfficientNetV2B0",
-    "InceptionV3", "InceptionResNetV2", "MobileNet", "MobileNetV3Small", "NASNetMobile", "ResNet50V2",
-    "VGG16", "Xception",
-]  # fmt: skip
+    "MobileNetV2",
+    "EfficientNetB0",
+    "ResNet50",
+    "ConvNeXtTiny",
+    "DenseNet121",
+    "EfficientNetV2B0",
+    "InceptionV3",
+    "InceptionResNetV2",
+    "MobileNet",
+    "MobileNetV3Small",
+    "NASNetMobile",
+    "ResNet50V2",
+    "VGG16",
+    "Xception",
+]
 # The smallest input each accepts (32 for the others).
 INPUT_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
@@ -55,7 +66,8 @@ ALL_ARTIFACTS = {"savedmodel", "keras", "onnx"}
 # models that export everything under both policies.
 ONNX_ONLY = {("ResNet50", "mixed_bfloat16"), ("DenseNet121", "mixed_bfloat16")} | {
     # 22M-138M parameters: a SavedModel and .keras round trip each would add minutes under `make test-full`.
-    (name, policy) for name in ("InceptionV3", "InceptionResNetV2", "Xception", "VGG16")
+    (name, policy)
+    for name in ("InceptionV3", "InceptionResNetV2", "Xception", "VGG16")
     for policy in ("mixed_float16", "mixed_bfloat16")
 }
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+import tiny_models
 from click.testing import CliRunner
 
-import tiny_models
 from mpconvert.cli import cli
 from mpconvert.errors import MpconvertError
 
@@ -250,7 +250,9 @@ def _damage_keras_weights(model: Path) -> None:
     [
         pytest.param(lambda m: _truncate(m / "keras_metadata.pb"), ("damaged",), id="savedmodel-metadata-truncated"),
         pytest.param(lambda m: _truncate(m / "saved_model.pb"), ("cannot load",), id="savedmodel-graph-truncated"),
-        pytest.param(lambda m: shutil.rmtree(m / "variables"), ("cannot load", "variables"), id="savedmodel-no-variables"),
+        pytest.param(
+            lambda m: shutil.rmtree(m / "variables"), ("cannot load", "variables"), id="savedmodel-no-variables"
+        ),
     ],
 )
 def test_damaged_savedmodel(tmp_path, damage, needles):
@@ -456,7 +458,11 @@ def test_keep_float32_invalid_regex(tmp_path):
 
 def test_keep_float32_matching_no_layer(tmp_path):
     fails_leaving_input(
-        DIGITS_CNN, tmp_path / "out", "--keep-float32", "no_such_layer", needles=("'no_such_layer'", "matches no layer", "inspect")
+        DIGITS_CNN,
+        tmp_path / "out",
+        "--keep-float32",
+        "no_such_layer",
+        needles=("'no_such_layer'", "matches no layer", "inspect"),
     )
 
 
@@ -584,9 +590,7 @@ def entry_point() -> str:
 def run_cli(*args, timeout=120):
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     # main() must quiet TensorFlow by itself, not rely on the caller's env.
-    return subprocess.run(
-        [entry_point(), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env
-    )
+    return subprocess.run([entry_point(), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_entry_point_missing_model_is_one_clean_message(tmp_path):

@@ -6,7 +6,6 @@ custom-layer module kills its interpreter, and a gate failure.
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import SAMPLES
+
 from mpconvert.batch.key import job_key
 from mpconvert.batch.manifest import Job, load_manifest
 from mpconvert.batch.runner import shard_of
@@ -93,8 +92,18 @@ def zoo(tmp_path_factory):
 @pytest.fixture(scope="module")
 def full_run(zoo):
     out = zoo / "out"
-    proc = batch(zoo / "zoo.toml", "--out", out, "--jobs", "2", "--summary", zoo / "summary.md",
-               "--junit", zoo / "junit.xml", cwd=zoo)  # fmt: skip
+    proc = batch(
+        zoo / "zoo.toml",
+        "--out",
+        out,
+        "--jobs",
+        "2",
+        "--summary",
+        zoo / "summary.md",
+        "--junit",
+        zoo / "junit.xml",
+        cwd=zoo,
+    )
     return proc, out, json.loads((out / "batch.json").read_text())
 
 
@@ -107,14 +116,21 @@ def test_every_model_gets_its_own_outcome_and_the_rest_finish(full_run):
     assert proc.returncode == 1, proc.stderr  # an error (and a crash) make the batch exit 1
     models = by_folder(summary)
     assert set(models) == {
-        "digits_mlp/mixed_float16", "digits_mlp/mixed_bfloat16", "cancer_mlp/mixed_bfloat16",
-        "strict_cnn/mixed_bfloat16", "broken/mixed_bfloat16", "crashing/mixed_bfloat16",
-    }  # fmt: skip
+        "digits_mlp/mixed_float16",
+        "digits_mlp/mixed_bfloat16",
+        "cancer_mlp/mixed_bfloat16",
+        "strict_cnn/mixed_bfloat16",
+        "broken/mixed_bfloat16",
+        "crashing/mixed_bfloat16",
+    }
     assert {k: m["status"] for k, m in models.items()} == {
-        "digits_mlp/mixed_float16": "passed", "digits_mlp/mixed_bfloat16": "passed",
-        "cancer_mlp/mixed_bfloat16": "passed", "strict_cnn/mixed_bfloat16": "gate_failed",
-        "broken/mixed_bfloat16": "error", "crashing/mixed_bfloat16": "error",
-    }  # fmt: skip
+        "digits_mlp/mixed_float16": "passed",
+        "digits_mlp/mixed_bfloat16": "passed",
+        "cancer_mlp/mixed_bfloat16": "passed",
+        "strict_cnn/mixed_bfloat16": "gate_failed",
+        "broken/mixed_bfloat16": "error",
+        "crashing/mixed_bfloat16": "error",
+    }
     assert "damaged or not a Keras model" in models["broken/mixed_bfloat16"]["message"]
     assert "died from SIGABRT" in models["crashing/mixed_bfloat16"]["message"]
     assert "artifact parity: onnx" in models["strict_cnn/mixed_bfloat16"]["failed_checks"]
@@ -150,10 +166,13 @@ def test_the_summaries_show_the_fleet(full_run, zoo):
     cases = ET.parse(zoo / "junit.xml").getroot().iter("testcase")
     outcome = {c.get("name"): [child.tag for child in c if child.tag in ("failure", "error")] for c in cases}
     assert outcome == {
-        "digits_mlp [mixed_float16]": [], "digits_mlp [mixed_bfloat16]": [], "cancer_mlp [mixed_bfloat16]": [],
-        "strict_cnn [mixed_bfloat16]": ["failure"], "broken [mixed_bfloat16]": ["error"],
+        "digits_mlp [mixed_float16]": [],
+        "digits_mlp [mixed_bfloat16]": [],
+        "cancer_mlp [mixed_bfloat16]": [],
+        "strict_cnn [mixed_bfloat16]": ["failure"],
+        "broken [mixed_bfloat16]": ["error"],
         "crashing [mixed_bfloat16]": ["error"],
-    }  # fmt: skip
+    }
 
 
 def test_an_existing_root_needs_resume_or_force(full_run, zoo):
@@ -194,9 +213,13 @@ def worker_processes(root: Path) -> list[int]:
 def test_sigkill_then_resume_redoes_only_what_was_not_finished(zoo, tmp_path):
     out = tmp_path / "out"
     manifest = zoo / "ok.toml"
-    manifest.write_text(MANIFEST.split("[[model]]\npath = \"models/broken.keras\"")[0])
-    batch_process = subprocess.Popen([script(), "batch", manifest, "--out", out, "--jobs", "1"], cwd=zoo,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    manifest.write_text(MANIFEST.split('[[model]]\npath = "models/broken.keras"')[0])
+    batch_process = subprocess.Popen(
+        [script(), "batch", manifest, "--out", out, "--jobs", "1"],
+        cwd=zoo,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     def finished() -> list[dict]:
         try:
@@ -262,9 +285,21 @@ def test_a_folder_of_models_converts_with_shared_options(tmp_path):
     (zoo / "team_a" / "cancer.npz").write_bytes((SAMPLES / "data" / "breast_cancer.npz").read_bytes())
     subprocess.run(["cp", "-r", str(SAMPLES / "digits_mlp"), str(zoo / "digits")], check=True)
     result = CliRunner().invoke(
-        cli, ["batch", str(zoo), "--policy", "mixed_bfloat16", "--out", str(tmp_path / "out"), "--export",
-              "savedmodel", "--finetune-steps", "0", "--json"],
-    )  # fmt: skip
+        cli,
+        [
+            "batch",
+            str(zoo),
+            "--policy",
+            "mixed_bfloat16",
+            "--out",
+            str(tmp_path / "out"),
+            "--export",
+            "savedmodel",
+            "--finetune-steps",
+            "0",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     models = by_folder(json.loads(result.stdout))
     assert set(models) == {"digits/mixed_bfloat16", "team_a__cancer/mixed_bfloat16"}
@@ -277,7 +312,8 @@ def test_a_folder_of_models_converts_with_shared_options(tmp_path):
 
 def test_a_bad_manifest_lists_every_problem(tmp_path):
     (tmp_path / "m.keras").write_bytes((SAMPLES / "cancer_mlp.keras").read_bytes())
-    (tmp_path / "bad.toml").write_text(textwrap.dedent("""
+    (tmp_path / "bad.toml").write_text(
+        textwrap.dedent("""
         [defaults]
         policy = "mixed_float8"
         max_dorp = 0.1
@@ -292,13 +328,19 @@ def test_a_bad_manifest_lists_every_problem(tmp_path):
 
         [[model]]
         policy = "mixed_float16"
-    """))
+    """)
+    )
     with pytest.raises(MpconvertError) as caught:
         load_manifest(tmp_path / "bad.toml")
     message = caught.value.message
-    for needle in ("[defaults]: unknown key 'max_dorp' (did you mean 'max_drop'?)", "unknown policy 'mixed_float8'",
-                   "model 1 (m.keras): finetune_steps=-3 is invalid", "model 2 (missing.keras): model not found",
-                   "data 'nowhere.npz' not found", "model 3: no path"):  # fmt: skip
+    for needle in (
+        "[defaults]: unknown key 'max_dorp' (did you mean 'max_drop'?)",
+        "unknown policy 'mixed_float8'",
+        "model 1 (m.keras): finetune_steps=-3 is invalid",
+        "model 2 (missing.keras): model not found",
+        "data 'nowhere.npz' not found",
+        "model 3: no path",
+    ):
         assert needle in message, message
     result = CliRunner().invoke(cli, ["batch", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "out")])
     assert result.exit_code == 1 and "problems:" in result.stderr and not (tmp_path / "out").exists()

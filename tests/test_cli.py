@@ -13,11 +13,11 @@ import onnx
 import pytest
 import tensorflow as tf
 import tf_keras
-from click.testing import CliRunner
-
 import tiny_models
-from onnx_graph import weight_initializers
+from click.testing import CliRunner
 from conftest import SAMPLES
+from onnx_graph import weight_initializers
+
 from mpconvert.cli import cli
 
 DIGITS = SAMPLES / "data" / "digits.npz"
@@ -210,8 +210,9 @@ def test_float16_overflow_fails_the_gate_with_exit_3_and_still_writes_artifacts(
     model, data = overflow_model
     out = tmp_path / "out"
     # --auto-keep off: the behaviour before the lint, which keeps this model's layers float32.
-    result = run(model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel",
-                 "--auto-keep", "off")  # fmt: skip
+    result = run(
+        model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel", "--auto-keep", "off"
+    )
     assert result.exit_code == 3, result.output
     assert "FAILED" in result.output
     report = json.loads((out / "report.json").read_text())

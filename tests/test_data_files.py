@@ -227,7 +227,10 @@ def test_cli_refuses_a_lying_header_with_one_clean_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     proc = subprocess.run(
         [entry_point(), str(DIGITS_CNN), *FAST, "--data", str(path), "--out", str(out)],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.splitlines()

@@ -12,11 +12,11 @@ import json
 import keras
 import numpy as np
 import pytest
+import shapes
 import tf_keras
 from click.testing import CliRunner
 
 import mpconvert
-import shapes
 from mpconvert.cli import cli
 from mpconvert.context import Context
 from mpconvert.data import EvalData, Split
@@ -86,8 +86,9 @@ def test_preprocessing_layers_keep_their_state_through_the_conversion(preprocess
     mine = {c.path: c.outputs for c in trace(conversion.model, rows)}
     for call in trace(model, rows):
         if call.class_name in ("IntegerLookup", "Discretization", "CategoryEncoding", "Hashing", "Rescaling"):
-            np.testing.assert_allclose(mine[call.path][0].astype(np.float32), call.outputs[0].astype(np.float32),
-                                       atol=0.01, err_msg=call.path)  # fmt: skip
+            np.testing.assert_allclose(
+                mine[call.path][0].astype(np.float32), call.outputs[0].astype(np.float32), atol=0.01, err_msg=call.path
+            )
     layers = {layer["name"]: layer for layer in report["layers"]}
     assert layers["hidden"]["policy"] == policy
     for name in ("lookup", "bins", "code_hot", "hash"):  # ids, bins and counts (some are int64 layers)
@@ -190,7 +191,9 @@ def saved_shapes(tmp_path_factory):
         for fw, (K, _) in FRAMEWORKS.items():
             model = build(K)
             x, y = _shape_data(name, model)
-            shapes.train(model, x, y, epochs=10, loss="mse" if name == "autoencoder" else "sparse_categorical_crossentropy")
+            shapes.train(
+                model, x, y, epochs=10, loss="mse" if name == "autoencoder" else "sparse_categorical_crossentropy"
+            )
             path = base / f"{name}_{fw}.{'keras' if fw == 'keras' else 'h5'}"
             model.save(path)
             arrays = {"y": y}
@@ -207,15 +210,31 @@ def test_nested_shared_and_multi_output_models_convert(saved_shapes, tmp_path, s
     """Through the command line: lint, rewrite, validation, padding and export on each shape."""
     path, data = saved_shapes[shape, framework]
     out = tmp_path / "out"
-    result = invoke(path, "--policy", "mixed_float16", "--data", data, "--out", out, "--no-speed",
-                    "--finetune-steps", "0", "--export", "savedmodel")  # fmt: skip
+    result = invoke(
+        path,
+        "--policy",
+        "mixed_float16",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--no-speed",
+        "--finetune-steps",
+        "0",
+        "--export",
+        "savedmodel",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert report["auto_keep"]["lint"]["rows"] == 192
     assert report["fidelity"]["max_abs_diff"] <= report["fidelity"]["limit"]
     converted = {layer["name"] for layer in report["layers"] if layer["policy"] == "mixed_float16"}
-    nested = {"autoencoder": "encoder/enc_1", "two_levels": "backbone/block/block_dense",
-              "shared_tower": "tower/tower_dense", "several_outputs": "lstm"}[shape]  # fmt: skip
+    nested = {
+        "autoencoder": "encoder/enc_1",
+        "two_levels": "backbone/block/block_dense",
+        "shared_tower": "tower/tower_dense",
+        "several_outputs": "lstm",
+    }[shape]
     assert nested in converted
     assert report["padding"]["passed"]
 
@@ -224,8 +243,20 @@ def test_nested_shared_and_multi_output_models_convert(saved_shapes, tmp_path, s
 def test_the_classic_h5_autoencoder_converts_under_both_policies(saved_shapes, tmp_path, framework):
     path, data = saved_shapes["autoencoder", framework]
     for policy in POLICIES:
-        result = invoke(path, "--policy", policy, "--data", data, "--out", tmp_path / policy, "--no-speed",
-                        "--finetune-steps", "0", "--export", "savedmodel")  # fmt: skip
+        result = invoke(
+            path,
+            "--policy",
+            policy,
+            "--data",
+            data,
+            "--out",
+            tmp_path / policy,
+            "--no-speed",
+            "--finetune-steps",
+            "0",
+            "--export",
+            "savedmodel",
+        )
         assert result.exit_code == 0, result.output
 
 
@@ -239,8 +270,10 @@ def _plant_overflow(model, path: str) -> None:
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-@pytest.mark.parametrize(("shape", "planted"), [("two_levels", "backbone/stem"), ("shared_tower", "tower/tower_dense"),
-                                                ("autoencoder", "encoder/enc_1")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("shape", "planted"),
+    [("two_levels", "backbone/stem"), ("shared_tower", "tower/tower_dense"), ("autoencoder", "encoder/enc_1")],
+)
 def test_the_lint_sees_overflow_inside_nested_and_shared_models(shape, planted, framework):
     K, fw = FRAMEWORKS[framework]
     model = BUILDERS[shape](K)
@@ -252,12 +285,16 @@ def test_the_lint_sees_overflow_inside_nested_and_shared_models(shape, planted, 
     overflow = {f.layer for f in found.findings if f.kind == "overflow"}
     readers = {f.layer for f in found.findings if f.kind == "input overflow"}
     assert planted in overflow
-    reader = {"backbone/stem": "backbone/block/block_dense", "tower/tower_dense": "gap",
-              "encoder/enc_1": "encoder/code"}[planted]  # fmt: skip
+    reader = {
+        "backbone/stem": "backbone/block/block_dense",
+        "tower/tower_dense": "gap",
+        "encoder/enc_1": "encoder/code",
+    }[planted]
     assert reader in readers
     # bfloat16 has float32's range: nothing overflows.
-    assert not [f for f in lint(model, fw, Precision.of("mixed_bfloat16"), rows, candidates).findings
-                if "overflow" in f.kind]  # fmt: skip
+    assert not [
+        f for f in lint(model, fw, Precision.of("mixed_bfloat16"), rows, candidates).findings if "overflow" in f.kind
+    ]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -308,9 +345,26 @@ def overflowing(tmp_path_factory):
 
 def test_nan_outputs_fail_the_gate_and_the_report_says_where(overflowing, tmp_path):
     out = tmp_path / "out"
-    result = invoke(overflowing / "overflow.keras", "--policy", "mixed_float16", "--data", overflowing / "overflow.npz",
-                    "--auto-keep", "off", "--finetune-steps", "0", "--no-speed", "--export", "savedmodel",
-                    "--out", out, "--junit", tmp_path / "junit.xml", "--summary", tmp_path / "summary.md")  # fmt: skip
+    result = invoke(
+        overflowing / "overflow.keras",
+        "--policy",
+        "mixed_float16",
+        "--data",
+        overflowing / "overflow.npz",
+        "--auto-keep",
+        "off",
+        "--finetune-steps",
+        "0",
+        "--no-speed",
+        "--export",
+        "savedmodel",
+        "--out",
+        out,
+        "--junit",
+        tmp_path / "junit.xml",
+        "--summary",
+        tmp_path / "summary.md",
+    )
     assert result.exit_code == 3, result.output
     report = json.loads((out / "report.json").read_text())  # strict JSON: NaN would not parse as written
     v = report["validation"]

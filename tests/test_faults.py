@@ -79,8 +79,10 @@ def manifest(tmp_path):
     for name in ("a", "b"):
         small_model(models / f"{name}.keras", units=16)
     path = tmp_path / "zoo.toml"
-    path.write_text('[defaults]\npolicy = "mixed_bfloat16"\nfinetune_steps = 0\nspeed = false\nexport = ["savedmodel"]\n'
-                    '[[model]]\npath = "models/a.keras"\n[[model]]\npath = "models/b.keras"\n')  # fmt: skip
+    path.write_text(
+        '[defaults]\npolicy = "mixed_bfloat16"\nfinetune_steps = 0\nspeed = false\nexport = ["savedmodel"]\n'
+        '[[model]]\npath = "models/a.keras"\n[[model]]\npath = "models/b.keras"\n'
+    )
     return path
 
 
@@ -94,18 +96,30 @@ def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
 
 def test_a_second_batch_of_a_running_root_is_refused_and_the_first_is_unaffected(tmp_path, manifest):
     root = tmp_path / "root"
-    first = subprocess.Popen([script(), "batch", str(manifest), "--out", str(root), "--jobs", "1", "--quiet"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        [script(), "batch", str(manifest), "--out", str(root), "--jobs", "1", "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lock = tmp_path / ".root.mpconvert-lock"
         _wait_for(lambda: lock.is_file() and lock.read_text().strip() == str(first.pid), "the first batch's claim")
         for extra in ([], ["--resume"], ["--force"]):
-            second = subprocess.run([script(), "batch", str(manifest), "--out", str(root), *extra],
-                                    capture_output=True, text=True, timeout=120)  # fmt: skip
+            second = subprocess.run(
+                [script(), "batch", str(manifest), "--out", str(root), *extra],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert second.returncode == 1, second.stderr
             assert f"output root {root} is in use by another mpconvert batch (pid {first.pid})" in second.stderr
-        shard = subprocess.run([script(), "batch", str(manifest), "--out", str(root), "--shard", "1/2"],
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        shard = subprocess.run(
+            [script(), "batch", str(manifest), "--out", str(root), "--shard", "1/2"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert shard.returncode == 1 and f"pid {first.pid}" in shard.stderr
         _, stderr = first.communicate(timeout=600)
     finally:
@@ -158,8 +172,12 @@ def _pool_beside_add() -> onnx.ModelProto:
         helper.make_node("Concat", ["sum", "h_f32"], ["joined"], axis=1, name="concat"),
         helper.make_node("Cast", ["joined"], ["y"], to=TensorProto.FLOAT),
     ]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 3])])  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 3])],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -10,14 +10,14 @@ import keras
 import numpy as np
 import pytest
 import tf_keras
-from click.testing import CliRunner
-
 import tiny_models
+from click.testing import CliRunner
 from conftest import SAMPLES
+
 from mpconvert.cli import cli
+from mpconvert.context import Context
 from mpconvert.data import EvalData, Split, Task
 from mpconvert.frameworks import KERAS3, TF_KERAS
-from mpconvert.context import Context
 from mpconvert.options import FinetuneOptions, RewriteOptions
 from mpconvert.precision import Precision
 from mpconvert.rewrite import rewrite
@@ -102,7 +102,9 @@ def test_no_harm_keeps_the_better_weights():
             "npz",
         )
     task = Task("sigmoid", signature_of(model).outputs[0])
-    result, converted, before = run_finetune(keras, KERAS3, model, data, task, "accuracy", "mixed_float16", steps=40, learning_rate=0.3)
+    result, converted, before = run_finetune(
+        keras, KERAS3, model, data, task, "accuracy", "mixed_float16", steps=40, learning_rate=0.3
+    )
     assert result.metric_after < result.metric_before
     assert result.kept == "rewritten"
     for a, b in zip(before, converted.get_weights()):
@@ -129,13 +131,28 @@ def test_cli_runs_give_identical_reports_with_the_same_seed(tmp_path):
         out = tmp_path / f"run{i}"
         result = CliRunner().invoke(
             cli,
-            [str(SAMPLES / "digits_cnn.keras"), "--policy", "mixed_float16", "--data", str(SAMPLES / "data" / "digits.npz"),
-             "--out", str(out), "--export", "savedmodel", "--finetune-steps", "20", "--seed", "3"],
-        )  # fmt: skip
+            [
+                str(SAMPLES / "digits_cnn.keras"),
+                "--policy",
+                "mixed_float16",
+                "--data",
+                str(SAMPLES / "data" / "digits.npz"),
+                "--out",
+                str(out),
+                "--export",
+                "savedmodel",
+                "--finetune-steps",
+                "20",
+                "--seed",
+                "3",
+            ],
+        )
         assert result.exit_code == 0, result.output
         report = json.loads((out / "report.json").read_text())
         ft = report["finetune"]
-        reports.append((ft["loss"], ft["metric_before"], ft["metric_after"], ft["kept"], report["validation"]["converted"]))
+        reports.append(
+            (ft["loss"], ft["metric_before"], ft["metric_after"], ft["kept"], report["validation"]["converted"])
+        )
     assert reports[0] == reports[1]
 
 
@@ -157,9 +174,20 @@ def test_data_function_feeds_fine_tuning_from_a_tf_data_pipeline(tmp_path, monke
     out = tmp_path / "out"
     result = CliRunner().invoke(
         cli,
-        [str(SAMPLES / "cancer_mlp.keras"), "--policy", "mixed_bfloat16", "--data", "cancer_pipeline:load",
-         "--out", str(out), "--export", "savedmodel", "--finetune-steps", "10"],
-    )  # fmt: skip
+        [
+            str(SAMPLES / "cancer_mlp.keras"),
+            "--policy",
+            "mixed_bfloat16",
+            "--data",
+            "cancer_pipeline:load",
+            "--out",
+            str(out),
+            "--export",
+            "savedmodel",
+            "--finetune-steps",
+            "10",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert report["validation"]["data"] == "callable" and report["validation"]["rows"] == 143
@@ -173,9 +201,18 @@ def test_fine_tuning_without_a_training_split_is_a_clear_error(tmp_path):
     out = tmp_path / "out"
     result = CliRunner().invoke(
         cli,
-        [str(SAMPLES / "digits_cnn.keras"), "--policy", "mixed_float16", "--data", str(tmp_path / "val.npz"),
-         "--out", str(out), "--finetune-steps", "5"],
-    )  # fmt: skip
+        [
+            str(SAMPLES / "digits_cnn.keras"),
+            "--policy",
+            "mixed_float16",
+            "--data",
+            str(tmp_path / "val.npz"),
+            "--out",
+            str(out),
+            "--finetune-steps",
+            "5",
+        ],
+    )
     assert result.exit_code == 1
     assert "x_train" in result.stderr and "--finetune-steps 0" in result.stderr
     assert not out.exists()

@@ -14,9 +14,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest
 from click.testing import CliRunner
+from conftest import SAMPLES
 from junitparser import Failure, JUnitXml
 
-from conftest import SAMPLES
 from mpconvert.cli import cli
 from mpconvert.errors import MpconvertError
 from mpconvert.gate import Baseline, Thresholds, evaluate, load_baseline, read_report, stored_thresholds
@@ -59,11 +59,25 @@ def make_report(**changes) -> dict:
         },
         "padding": None,
         "artifacts": [
-            {"kind": "savedmodel", "path": "savedmodel", "bytes": 2048, "max_abs_diff": 0.0, "max_abs_ref": 2.0,
-             "runtime": "tensorflow", "details": {}},
-            {"kind": "onnx", "path": "model.onnx", "bytes": 1024, "max_abs_diff": 0.004, "max_abs_ref": 2.0,
-             "runtime": "onnxruntime", "details": {}},
-        ],  # fmt: skip
+            {
+                "kind": "savedmodel",
+                "path": "savedmodel",
+                "bytes": 2048,
+                "max_abs_diff": 0.0,
+                "max_abs_ref": 2.0,
+                "runtime": "tensorflow",
+                "details": {},
+            },
+            {
+                "kind": "onnx",
+                "path": "model.onnx",
+                "bytes": 1024,
+                "max_abs_diff": 0.004,
+                "max_abs_ref": 2.0,
+                "runtime": "onnxruntime",
+                "details": {},
+            },
+        ],
         "versions": {"python": "3.11"},
         "timings": {"load": 1.0, "export": 2.5},
     }
@@ -95,8 +109,12 @@ def test_every_check_is_listed_with_its_numbers():
     result = evaluate(make_report(), thresholds())
     names = [c.name for c in result.checks]
     assert names == [
-        "policy rewrite", "accuracy gate", "agreement", "artifact parity: savedmodel", "artifact parity: onnx",
-    ]  # fmt: skip
+        "policy rewrite",
+        "accuracy gate",
+        "agreement",
+        "artifact parity: savedmodel",
+        "artifact parity: onnx",
+    ]
     checks = {c.name: c for c in result.checks}
     assert checks["policy rewrite"].message == "2 layers converted to mixed_float16, 1 kept float32"
     assert checks["accuracy gate"].message == "accuracy 0.9620 -> 0.9480, drop 0.0140 > max 0.0050"
@@ -120,7 +138,9 @@ def test_accuracy_drop_against_the_budget(max_drop, passed):
 
 
 def test_mse_drop_is_an_increase_in_error():
-    report = make_report(validation={"metric": "mse", "reference": 0.100, "converted": 0.125, "drop": 0.025, "agreement": None})
+    report = make_report(
+        validation={"metric": "mse", "reference": 0.100, "converted": 0.125, "drop": 0.025, "agreement": None}
+    )
     checks = checks_of(report, thresholds(max_drop=0.025))
     assert checks["accuracy gate"].passed
     assert checks["accuracy gate"].message == "mse 0.1000 -> 0.1250, drop 0.0250 <= max 0.0250"
@@ -137,8 +157,17 @@ def test_nan_outputs_fail_whatever_the_budget():
 
 
 def test_unmeasured_accuracy_passes_and_says_so():
-    report = make_report(validation={"metric": None, "reference": None, "converted": None, "drop": None,
-                                     "data": "generated", "rows": 64, "max_abs_diff": 0.0031})  # fmt: skip
+    report = make_report(
+        validation={
+            "metric": None,
+            "reference": None,
+            "converted": None,
+            "drop": None,
+            "data": "generated",
+            "rows": 64,
+            "max_abs_diff": 0.0031,
+        }
+    )
     check = checks_of(report)["accuracy gate"]
     assert check.passed
     assert check.message.startswith("accuracy not measured")
@@ -170,12 +199,30 @@ def old_format(report: dict) -> dict:
 
 # Fine-tuning fixed 22 of the 37 rows the float32 model got wrong and broke none:
 # accuracy 0.63 -> 0.85, predictions agree on only 70 of 100 rows.
-ONLY_FIXES = dict(reference=0.63, converted=0.85, drop=0.63 - 0.85, agreement=0.70, rows=100,
-                  harmed=0, fixed=22, kept_correct=1.0, kept_correct_rows=63)  # fmt: skip
+ONLY_FIXES = dict(
+    reference=0.63,
+    converted=0.85,
+    drop=0.63 - 0.85,
+    agreement=0.70,
+    rows=100,
+    harmed=0,
+    fixed=22,
+    kept_correct=1.0,
+    kept_correct_rows=63,
+)
 # The README's example: 450 rows, the float32 model right on 440, the
 # converted one on 445: 3 harmed, 8 fixed, kept 437 / 440 = 0.99318.
-README_EXAMPLE = dict(reference=440 / 450, converted=445 / 450, drop=-5 / 450, agreement=439 / 450, rows=450,
-                      harmed=3, fixed=8, kept_correct=437 / 440, kept_correct_rows=440)  # fmt: skip
+README_EXAMPLE = dict(
+    reference=440 / 450,
+    converted=445 / 450,
+    drop=-5 / 450,
+    agreement=439 / 450,
+    rows=450,
+    harmed=3,
+    fixed=8,
+    kept_correct=437 / 440,
+    kept_correct_rows=440,
+)
 
 
 def test_with_labels_agreement_counts_harm_not_improvement():
@@ -200,22 +247,37 @@ def test_the_readme_example_against_the_minimum(min_agreement, passed):
 
 def test_harm_counts_of_none_fall_back_to_agreement():
     # Generated inputs: no labels, so no harm counts; agreement is the rule.
-    report = make_report(validation={"metric": None, "reference": None, "converted": None, "drop": None,
-                                     "data": "generated", "rows": 64, "agreement": 0.96875, "agreement_rows": 64,
-                                     **dict.fromkeys(HARM_KEYS)})  # fmt: skip
+    report = make_report(
+        validation={
+            "metric": None,
+            "reference": None,
+            "converted": None,
+            "drop": None,
+            "data": "generated",
+            "rows": 64,
+            "agreement": 0.96875,
+            "agreement_rows": 64,
+            **dict.fromkeys(HARM_KEYS),
+        }
+    )
     check = checks_of(report)["agreement"]
     assert check.passed and check.message == "predictions agree on 96.88% of 64 rows >= min 95.00%"
     assert not checks_of(report, thresholds(min_agreement=0.97))["agreement"].passed
 
 
 def test_near_ties_and_nothing_right_are_not_judged():
-    tied = checks_of(labelled(agreement=None, agreement_rows=0, harmed=0, fixed=0, kept_correct=None,
-                              kept_correct_rows=0))["agreement"]  # fmt: skip
+    tied = checks_of(
+        labelled(agreement=None, agreement_rows=0, harmed=0, fixed=0, kept_correct=None, kept_correct_rows=0)
+    )["agreement"]
     assert tied.passed and tied.message.startswith("not judged: all 500 rows are near-ties")
-    wrong = checks_of(labelled(agreement=0.5, agreement_rows=10, harmed=0, fixed=5, kept_correct=None,
-                               kept_correct_rows=0))["agreement"]  # fmt: skip
+    wrong = checks_of(
+        labelled(agreement=0.5, agreement_rows=10, harmed=0, fixed=5, kept_correct=None, kept_correct_rows=0)
+    )["agreement"]
     assert wrong.passed
-    assert wrong.message == "not judged: the float32 model got none of the 10 decisive rows right, so none can be harmed (5 fixed)"
+    assert (
+        wrong.message
+        == "not judged: the float32 model got none of the 10 decisive rows right, so none can be harmed (5 fixed)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -235,8 +297,17 @@ def test_artifact_parity_scales_with_the_outputs(rtol, passed):
 def test_artifact_parity_fails_on_nan_and_on_unknown_kinds():
     report = make_report()
     report["artifacts"][0]["max_abs_diff"] = None
-    report["artifacts"].append({"kind": "tflite", "path": "m.tflite", "bytes": 1, "max_abs_diff": 0.0, "max_abs_ref": 1.0,
-                                "runtime": "tflite", "details": {}})  # fmt: skip
+    report["artifacts"].append(
+        {
+            "kind": "tflite",
+            "path": "m.tflite",
+            "bytes": 1,
+            "max_abs_diff": 0.0,
+            "max_abs_ref": 1.0,
+            "runtime": "tflite",
+            "details": {},
+        }
+    )
     checks = checks_of(report)
     assert not checks["artifact parity: savedmodel"].passed
     assert "not finite" in checks["artifact parity: savedmodel"].message
@@ -248,10 +319,22 @@ def test_artifact_parity_fails_on_nan_and_on_unknown_kinds():
 def test_every_failure_is_listed_not_only_the_first():
     report = make_report(validation={"agreement": 0.9})
     report["artifacts"][1]["max_abs_diff"] = 0.5
-    report["finetune"] = {"steps": 15, "requested_steps": 100, "skipped_steps": 15, "healthy": False, "kept": "rewritten",
-                          "problem": "the loss scale collapsed to 1", "advice": "--keep-float32 on a layer"}  # fmt: skip
+    report["finetune"] = {
+        "steps": 15,
+        "requested_steps": 100,
+        "skipped_steps": 15,
+        "healthy": False,
+        "kept": "rewritten",
+        "problem": "the loss scale collapsed to 1",
+        "advice": "--keep-float32 on a layer",
+    }
     result = evaluate(report, thresholds())
-    assert [c.name for c in result.failed] == ["fine-tune health", "accuracy gate", "agreement", "artifact parity: onnx"]
+    assert [c.name for c in result.failed] == [
+        "fine-tune health",
+        "accuracy gate",
+        "agreement",
+        "artifact parity: onnx",
+    ]
     assert result.failed[0].message == (
         "stopped after 15 of 100 steps: the loss scale collapsed to 1; try --keep-float32 on a layer"
     )
@@ -260,9 +343,18 @@ def test_every_failure_is_listed_not_only_the_first():
 def test_healthy_fine_tune_and_padding_checks():
     report = make_report(
         finetune={"steps": 100, "requested_steps": 100, "skipped_steps": 2, "healthy": True, "kept": "finetuned"},
-        padding={"multiple": 8, "padded": [], "skipped": [], "flops_overhead": 0.1, "max_abs_diff": 1e-6,
-                 "float32_max_abs_diff": 0.0, "passed": True, "exported": "padded", "reason": None},
-    )  # fmt: skip
+        padding={
+            "multiple": 8,
+            "padded": [],
+            "skipped": [],
+            "flops_overhead": 0.1,
+            "max_abs_diff": 1e-6,
+            "float32_max_abs_diff": 0.0,
+            "passed": True,
+            "exported": "padded",
+            "reason": None,
+        },
+    )
     checks = checks_of(report, thresholds(max_drop=0.05))
     assert checks["fine-tune health"].passed and checks["fine-tune health"].message.startswith("100 steps, 2 skipped")
     assert checks["padding proof"].passed and "exported padded" in checks["padding proof"].message
@@ -293,7 +385,9 @@ def test_policy_rewrite_fails_when_nothing_was_converted():
 )
 def test_baseline_regression(metric, baseline, converted, max_regression, passed):
     report = make_report(validation={"metric": metric, "converted": converted})
-    th = thresholds(max_regression=max_regression, baseline=Baseline("prev/report.json", metric, baseline, "mixed_float16", "net"))
+    th = thresholds(
+        max_regression=max_regression, baseline=Baseline("prev/report.json", metric, baseline, "mixed_float16", "net")
+    )
     check = checks_of(report, th)["baseline regression"]
     assert check.passed is passed
     assert "prev/report.json" in check.message
@@ -321,7 +415,9 @@ def write(path: Path, content) -> Path:
 
 def stored(report: dict, th: Thresholds | None = None) -> dict:
     """The report as report.json holds it, judged by `th` (default: its policy's)."""
-    return Report.from_dict(report, th or Thresholds.defaults(report["policy"], report["validation"]["max_drop"])).as_dict()
+    return Report.from_dict(
+        report, th or Thresholds.defaults(report["policy"], report["validation"]["max_drop"])
+    ).as_dict()
 
 
 def test_a_report_round_trips_through_json_with_its_verdict():
@@ -350,7 +446,9 @@ def test_unreadable_reports_are_user_errors(tmp_path, content, needle):
 
 def test_a_baseline_must_measure_the_same_metric(tmp_path):
     path = write(tmp_path / "prev" / "report.json", stored(make_report()))
-    assert load_baseline(path, "accuracy") == Baseline(str(path), "accuracy", 0.948, "mixed_float16", "models/net.keras")
+    assert load_baseline(path, "accuracy") == Baseline(
+        str(path), "accuracy", 0.948, "mixed_float16", "models/net.keras"
+    )
     with pytest.raises(MpconvertError, match="measured accuracy, this run measures mse"):
         load_baseline(path, "mse")
     with pytest.raises(MpconvertError, match="this run measures none"):
@@ -380,7 +478,13 @@ def test_junit_parses_with_junitparser_and_names_the_failures(tmp_path):
     assert suite.name == "mpconvert: net.keras -> mixed_float16"
     assert (suite.tests, suite.failures, suite.errors) == (5, 3, 0)
     cases = {case.name: case for case in suite}
-    assert set(cases) == {"policy rewrite", "accuracy gate", "agreement", "artifact parity: savedmodel", "artifact parity: onnx"}
+    assert set(cases) == {
+        "policy rewrite",
+        "accuracy gate",
+        "agreement",
+        "artifact parity: savedmodel",
+        "artifact parity: onnx",
+    }
     assert cases["policy rewrite"].is_passed and cases["artifact parity: savedmodel"].is_passed
     (failure,) = cases["accuracy gate"].result
     assert isinstance(failure, Failure)
@@ -424,10 +528,18 @@ def test_markdown_summary_shows_metric_budget_artifacts_and_checks():
 
 
 def test_markdown_escapes_table_pipes_and_says_when_accuracy_was_not_measured():
-    report = make_report(validation={"metric": None, "reference": None, "converted": None, "drop": None,
-                                     "data": "generated", "rows": 64})  # fmt: skip
-    report["finetune"] = {"steps": 1, "requested_steps": 50, "skipped_steps": 0, "healthy": False, "kept": "rewritten",
-                          "problem": "loss | nan", "advice": None}  # fmt: skip
+    report = make_report(
+        validation={"metric": None, "reference": None, "converted": None, "drop": None, "data": "generated", "rows": 64}
+    )
+    report["finetune"] = {
+        "steps": 1,
+        "requested_steps": 50,
+        "skipped_steps": 0,
+        "healthy": False,
+        "kept": "rewritten",
+        "problem": "loss | nan",
+        "advice": None,
+    }
     text = markdown(stored(report))
     assert "**Accuracy not measured**" in text and "on 64 generated inputs" in text
     # In a table cell a bare "|" would start a new cell.
@@ -463,8 +575,9 @@ def test_check_with_a_looser_budget_passes(report_file):
 
 def test_check_with_tighter_tolerances_fails_each_named_check(report_file, tmp_path):
     junit = tmp_path / "ci" / "junit.xml"
-    result = invoke("check", report_file, "--max-drop", "0.02", "--rtol", "onnx=0.001", "--min-agreement", "0.99",
-                    "--junit", junit)  # fmt: skip
+    result = invoke(
+        "check", report_file, "--max-drop", "0.02", "--rtol", "onnx=0.001", "--min-agreement", "0.99", "--junit", junit
+    )
     assert result.exit_code == 3
     (suite,) = JUnitXml.fromfile(str(junit))
     failed = sorted(case.name for case in suite if not case.is_passed)
@@ -525,8 +638,13 @@ def test_check_judges_old_reports_by_agreement_and_new_ones_by_harm(tmp_path):
     old = write(tmp_path / "old" / "report.json", old_format(json.loads(new.read_text())))
     result = invoke("check", new)
     assert result.exit_code == 0, result.output
-    assert "predictions agree on 70.0% (0 harmed, 22 fixed: kept 100.0% of the 63 rows the float32 model got right)" in result.output
-    assert "pass agreement: kept 100.00% of the 63 rows the float32 model got right (0 harmed, 22 fixed)" in result.output
+    assert (
+        "predictions agree on 70.0% (0 harmed, 22 fixed: kept 100.0% of the 63 rows the float32 model got right)"
+        in result.output
+    )
+    assert (
+        "pass agreement: kept 100.00% of the 63 rows the float32 model got right (0 harmed, 22 fixed)" in result.output
+    )
     result = invoke("check", old)
     assert result.exit_code == 3
     assert "FAIL agreement: predictions agree on 70.00% of 100 rows < min 95.00%" in result.output
@@ -542,7 +660,10 @@ def test_markdown_mentions_harmed_and_fixed_with_labels():
         "Predictions agree on 97.56% (3 harmed, 8 fixed: kept 99.32% of the 440 rows the float32 model got right, "
         "min 95.00%)."
     ) in text
-    assert "| agreement | ✅ pass | kept 99.32% of the 440 rows the float32 model got right (3 harmed, 8 fixed) >= min 95.00% |" in text
+    assert (
+        "| agreement | ✅ pass | kept 99.32% of the 440 rows the float32 model got right (3 harmed, 8 fixed) >= min 95.00% |"
+        in text
+    )
 
 
 def test_check_of_a_baseline_with_another_metric_exits_1(report_file, tmp_path):
@@ -553,7 +674,13 @@ def test_check_of_a_baseline_with_another_metric_exits_1(report_file, tmp_path):
 
 @pytest.mark.parametrize(
     "args",
-    [["--atol", "tflite=1"], ["--rtol", "-1"], ["--atol", "onnx="], ["--min-agreement", "2"], ["--json", "--summary", "-"]],
+    [
+        ["--atol", "tflite=1"],
+        ["--rtol", "-1"],
+        ["--atol", "onnx="],
+        ["--min-agreement", "2"],
+        ["--json", "--summary", "-"],
+    ],
 )
 def test_check_usage_errors_exit_2(report_file, args):
     assert invoke("check", report_file, *args).exit_code == 2
@@ -585,7 +712,9 @@ def near_tie_model(scale: float):
     x = keras.Input((8,), name="features")
     out = keras.layers.Dense(3, activation="softmax", name="predictions")(x)
     model = keras.Model(x, out, name="near_tie")
-    model.get_layer("predictions").set_weights([rng.standard_normal((8, 3)).astype("float32") * scale, np.full(3, 1000.0, "float32")])
+    model.get_layer("predictions").set_weights(
+        [rng.standard_normal((8, 3)).astype("float32") * scale, np.full(3, 1000.0, "float32")]
+    )
     return model
 
 
@@ -593,7 +722,6 @@ def near_tie_model(scale: float):
 def ci_models(tmp_path_factory):
     import keras
     import numpy as np
-
     import tiny_models
 
     folder = tmp_path_factory.mktemp("ci_models")
@@ -611,14 +739,36 @@ def ci_models(tmp_path_factory):
 def convert(model, data, out, *args):
     # --auto-keep off: these runs test the gate's verdict on failures the
     # lint and search would otherwise repair.
-    return invoke(model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel",
-                  "--auto-keep", "off", *args)  # fmt: skip
+    return invoke(
+        model,
+        "--policy",
+        "mixed_float16",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--export",
+        "savedmodel",
+        "--auto-keep",
+        "off",
+        *args,
+    )
 
 
 def test_ci_a_model_within_budget_exits_0_with_a_passing_junit(tmp_path):
     out, junit, summary = tmp_path / "out", tmp_path / "ci" / "junit.xml", tmp_path / "ci" / "summary.md"
-    result = convert(SAMPLES / "cancer_mlp.keras", SAMPLES / "data" / "breast_cancer.npz", out,
-                     "--finetune-steps", "0", "--junit", junit, "--summary", summary, "--json")  # fmt: skip
+    result = convert(
+        SAMPLES / "cancer_mlp.keras",
+        SAMPLES / "data" / "breast_cancer.npz",
+        out,
+        "--finetune-steps",
+        "0",
+        "--junit",
+        junit,
+        "--summary",
+        summary,
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)  # stdout is the report and nothing else
     assert report == json.loads((out / "report.json").read_text())
@@ -631,8 +781,17 @@ def test_ci_a_model_within_budget_exits_0_with_a_passing_junit(tmp_path):
 
 def test_ci_float16_overflow_exits_3_and_its_junit_and_summary_name_the_check(ci_models, tmp_path):
     out, junit, summary = tmp_path / "out", tmp_path / "ci" / "junit.xml", tmp_path / "ci" / "summary.md"
-    result = convert(ci_models / "overflow.keras", ci_models / "overflow.npz", out, "--finetune-steps", "0",
-                     "--junit", junit, "--summary", summary)  # fmt: skip
+    result = convert(
+        ci_models / "overflow.keras",
+        ci_models / "overflow.npz",
+        out,
+        "--finetune-steps",
+        "0",
+        "--junit",
+        junit,
+        "--summary",
+        summary,
+    )
     assert result.exit_code == 3, result.output
     cases = {case.name: case for case in next(iter(JUnitXml.fromfile(str(junit))))}
     (failure,) = cases["accuracy gate"].result
@@ -642,7 +801,9 @@ def test_ci_float16_overflow_exits_3_and_its_junit_and_summary_name_the_check(ci
     text = summary.read_text()
     assert "❌ FAILED" in text and "| accuracy gate | ❌ **fail** | accuracy 1.0000 -> " in text
     # No budget excuses NaN outputs: a looser budget still fails.
-    assert invoke("check", out / "report.json", "--max-drop", "1", "--min-agreement", "0", "--atol", "1e9").exit_code == 3
+    assert (
+        invoke("check", out / "report.json", "--max-drop", "1", "--min-agreement", "0", "--atol", "1e9").exit_code == 3
+    )
 
 
 def test_ci_a_drop_over_budget_passes_check_with_a_looser_budget(ci_models, tmp_path):
@@ -663,8 +824,9 @@ def test_ci_baseline_catches_a_regression_between_two_runs(ci_models, tmp_path):
     first = convert(ci_models / "near_tie_v1.keras", ci_models / "near_tie.npz", tmp_path / "v1", *budget)
     assert first.exit_code == 0, first.output
     baseline = tmp_path / "v1" / "report.json"
-    second = convert(ci_models / "near_tie_v2.keras", ci_models / "near_tie.npz", tmp_path / "v2", *budget,
-                     "--baseline", baseline)  # fmt: skip
+    second = convert(
+        ci_models / "near_tie_v2.keras", ci_models / "near_tie.npz", tmp_path / "v2", *budget, "--baseline", baseline
+    )
     assert second.exit_code == 3, second.output
     report = json.loads((tmp_path / "v2" / "report.json").read_text())
     (failed,) = [c for c in report["gate"]["checks"] if not c["passed"]]
@@ -679,8 +841,15 @@ def test_ci_baseline_catches_a_regression_between_two_runs(ci_models, tmp_path):
 
 def test_ci_a_bad_baseline_fails_before_anything_is_written(ci_models, tmp_path):
     out, junit = tmp_path / "out", tmp_path / "junit.xml"
-    result = convert(ci_models / "near_tie_v1.keras", ci_models / "near_tie.npz", out, "--baseline",
-                     tmp_path / "missing.json", "--junit", junit)  # fmt: skip
+    result = convert(
+        ci_models / "near_tie_v1.keras",
+        ci_models / "near_tie.npz",
+        out,
+        "--baseline",
+        tmp_path / "missing.json",
+        "--junit",
+        junit,
+    )
     assert result.exit_code == 1
     assert "error: baseline" in result.stderr and "not found" in result.stderr
     assert not out.exists() and not junit.exists()
@@ -689,7 +858,6 @@ def test_ci_a_bad_baseline_fails_before_anything_is_written(ci_models, tmp_path)
 def test_ci_a_stopped_fine_tune_fails_the_gate(tmp_path):
     import keras
     import numpy as np
-
     import tiny_models
 
     model = tiny_models.gradient_overflow(keras)
@@ -699,7 +867,9 @@ def test_ci_a_stopped_fine_tune_fails_the_gate(tmp_path):
     np.savez(tmp_path / "data.npz", x=x[64:], y=y[64:], x_train=x[:64], y_train=y[:64])
     out = tmp_path / "out"
     # A huge budget isolates the fine-tune check from the accuracy gate.
-    result = convert(tmp_path / "grad.keras", tmp_path / "data.npz", out, "--finetune-steps", "30", "--max-drop", "1e30")
+    result = convert(
+        tmp_path / "grad.keras", tmp_path / "data.npz", out, "--finetune-steps", "30", "--max-drop", "1e30"
+    )
     assert result.exit_code == 3, result.output
     report = json.loads((out / "report.json").read_text())
     (failed,) = [c for c in report["gate"]["checks"] if not c["passed"]]

@@ -91,7 +91,11 @@ def carrier_files(tmp_path_factory):
 
 
 def pinned(report):
-    return {layer["name"]: layer["pinned"] for layer in report["layers"] if layer["pinned"] and layer["pinned"] != "input layer"}
+    return {
+        layer["name"]: layer["pinned"]
+        for layer in report["layers"]
+        if layer["pinned"] and layer["pinned"] != "input layer"
+    }
 
 
 def test_the_lint_alone_keeps_the_overflowing_layer_and_its_reader(overflow_files, tmp_path):
@@ -104,7 +108,7 @@ def test_the_lint_alone_keeps_the_overflowing_layer_and_its_reader(overflow_file
     assert kept["big"].startswith("numeric lint: output max ") and kept["big"].endswith("> float16 max 65504")
     assert kept["small"].startswith("numeric lint: reads 'big': input max ")
     assert kept["predictions"] == "model output (softmax split from Dense)"
-    converted = {l["name"] for l in report["layers"] if l["policy"] == "mixed_float16"}
+    converted = {layer["name"] for layer in report["layers"] if layer["policy"] == "mixed_float16"}
     assert converted == {"stem", "tail", "predictions_linear"}
     v = report["validation"]
     assert v["nonfinite_outputs"] == 0 and v["drop"] <= 0.01
@@ -113,10 +117,16 @@ def test_the_lint_alone_keeps_the_overflowing_layer_and_its_reader(overflow_file
 
 def test_auto_keep_off_gives_the_old_gate_failure(overflow_files, tmp_path):
     model, data = overflow_files
-    result = invoke(model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "o", *FAST, "--auto-keep", "off")
+    result = invoke(
+        model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "o", *FAST, "--auto-keep", "off"
+    )
     assert result.exit_code == 3, result.output
     report = json.loads((tmp_path / "o" / "report.json").read_text())
-    assert report["validation"]["nonfinite_outputs"] > 0 and report["auto_keep"] == {"mode": "off", "lint": None, "search": None}
+    assert report["validation"]["nonfinite_outputs"] > 0 and report["auto_keep"] == {
+        "mode": "off",
+        "lint": None,
+        "search": None,
+    }
 
 
 def test_bfloat16_needs_nothing_kept_on_the_same_model(overflow_files, tmp_path):
@@ -129,10 +139,13 @@ def test_bfloat16_needs_nothing_kept_on_the_same_model(overflow_files, tmp_path)
 
 def test_the_search_finds_two_layers_that_only_matter_together(carrier_files, tmp_path):
     model, data = carrier_files
-    off = invoke(model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "off", *FAST, "--auto-keep", "off")
+    off = invoke(
+        model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "off", *FAST, "--auto-keep", "off"
+    )
     assert off.exit_code == 3, off.output  # 16 bits cost accuracy here
-    lint_only = invoke(model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "lint", *FAST,
-                       "--auto-keep", "lint")  # fmt: skip
+    lint_only = invoke(
+        model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "lint", *FAST, "--auto-keep", "lint"
+    )
     assert lint_only.exit_code == 3  # a spread of 5 is above 2 spacings: the lint does not see it
     result = invoke(model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "o", *FAST)
     assert result.exit_code == 0, result.output
@@ -141,7 +154,11 @@ def test_the_search_finds_two_layers_that_only_matter_together(carrier_files, tm
     assert sorted(search["kept"]) == ["carry", "center"] and search["outcome"] == "passed"
     before = json.loads((tmp_path / "off" / "report.json").read_text())["validation"]["drop"]
     kept = pinned(report)
-    assert kept["carry"] == kept["center"] == f"accuracy-driven search: drop {before:.3f} -> {report['validation']['drop']:.3f}"
+    assert (
+        kept["carry"]
+        == kept["center"]
+        == f"accuracy-driven search: drop {before:.3f} -> {report['validation']['drop']:.3f}"
+    )
     assert report["validation"]["drop"] <= 0.01
     # Far below node-level bisection: at most 2 log2(L) + 2 L_kept trials.
     convertible = 5  # carry, center, hidden, predictions_linear + the full-16-bit start
@@ -155,7 +172,10 @@ def test_the_lint_sees_small_differences_on_a_large_value(tmp_path):
     found = lint(model, KERAS3, Precision.of("mixed_float16"), [x[:200]], {"carry", "center", "hidden"})
     keep = found.keep
     assert set(keep) == {"carry", "center"}
-    assert keep["carry"].startswith("numeric lint: input 'readings' varies by ") and "float16's spacing 2 there" in keep["carry"]
+    assert (
+        keep["carry"].startswith("numeric lint: input 'readings' varies by ")
+        and "float16's spacing 2 there" in keep["carry"]
+    )
     assert keep["center"].startswith("numeric lint: reads 'carry', whose output varies by ")
 
 

@@ -13,16 +13,14 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
 from onnx import TensorProto  # noqa: E402
-
 from onnx_graph import weights_by_node  # noqa: E402
+
 from mpconvert.errors import MpconvertError  # noqa: E402
 from mpconvert.onnx import export as export_mod  # noqa: E402
 from mpconvert.onnx import run as run_mod  # noqa: E402
-from mpconvert.onnx.export import (  # noqa: E402
-    DEFAULT_OPSET, keras_to_onnx, layer_of, pack_16bit_constants, reject_unconverted_ops)
+from mpconvert.onnx.export import DEFAULT_OPSET, keras_to_onnx, layer_of, pack_16bit_constants, reject_unconverted_ops  # noqa: E402
 from mpconvert.onnx.repairs import fold_cast_pairs, insert_float32_islands  # noqa: E402
-from mpconvert.onnx.run import (  # noqa: E402
-    RUNTIME_CPU, RUNTIME_CUDA, RUNTIME_REFERENCE, promote_16bit_ops, run_onnx)
+from mpconvert.onnx.run import RUNTIME_CPU, RUNTIME_CUDA, RUNTIME_REFERENCE, promote_16bit_ops, run_onnx  # noqa: E402
 
 KERAS = {"keras3": keras, "tf_keras": tf_keras}
 SIXTEEN_BIT = {"mixed_float16": "FLOAT16", "mixed_bfloat16": "BFLOAT16"}
@@ -165,8 +163,9 @@ def test_mobilenet_v2(tmp_path, mobilenet, policy_name):
     model.set_weights(reference.get_weights())
     expected = np.asarray(model(x, training=False)).astype(np.float32)
 
-    export = keras_to_onnx(model, [tf.TensorSpec((None, 32, 32, 3), tf.float32, name="image")],
-                           tmp_path / "mobilenet.onnx")
+    export = keras_to_onnx(
+        model, [tf.TensorSpec((None, 32, 32, 3), tf.float32, name="image")], tmp_path / "mobilenet.onnx"
+    )
 
     assert export.input_names == ["image"]
     assert export.output_names == ["predictions"]
@@ -263,8 +262,9 @@ def test_retype_pass_repairs_unpatched_tf2onnx_output(tmp_path, monkeypatch):
     proto = onnx.load(export.path)
     assert "FLOAT16" not in export.initializer_dtypes
     assert not any(n.op_type == "Cast" and n.attribute[0].i == TensorProto.FLOAT16 for n in proto.graph.node)
-    np.testing.assert_allclose(run_onnx(export.path, {"x": x}).outputs[0],
-                               np.asarray(model(x, training=False)), atol=0.05, rtol=0)
+    np.testing.assert_allclose(
+        run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)), atol=0.05, rtol=0
+    )
 
 
 def test_repaired_file_needs_no_further_repair(tmp_path):
@@ -380,8 +380,9 @@ def test_captured_tensors_are_frozen_not_inputs(tmp_path, policy_name):
     export = keras_to_onnx(model, spec(model), tmp_path / "m.onnx")
 
     assert export.input_names == ["x"]
-    np.testing.assert_allclose(run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)),
-                               atol=ATOL[policy_name], rtol=0)
+    np.testing.assert_allclose(
+        run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)), atol=ATOL[policy_name], rtol=0
+    )
 
 
 @pytest.mark.parametrize("policy_name", ["float32", "mixed_float16", "mixed_bfloat16"])
@@ -405,8 +406,9 @@ def test_grouped_conv_and_exact_gelu(tmp_path, policy_name):
     conv = next(n for n in proto.graph.node if n.op_type == "Conv")
     assert onnx.helper.get_attribute_value(next(a for a in conv.attribute if a.name == "group")) == 4
     onnx.checker.check_model(proto, full_check=True)
-    np.testing.assert_allclose(run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)),
-                               atol=ATOL[policy_name], rtol=0)
+    np.testing.assert_allclose(
+        run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)), atol=ATOL[policy_name], rtol=0
+    )
 
 
 def test_unconverted_ops_are_blamed_on_their_own_layers():
@@ -424,17 +426,25 @@ def test_unconverted_ops_are_blamed_on_their_own_layers():
     assert layer_of("Transpose__12", model) is None
 
     # A call wrapper listed first in the graph is not the op to blame.
-    nodes = [onnx.helper.make_node("StatefulPartitionedCall", ["x"], ["a"],
-                                   name="functional_1/dw_1/StatefulPartitionedCall"),
-             onnx.helper.make_node("Erfc", ["a"], ["b"], name="functional_1/act_1/Gelu/Erfc")]
-    graph = onnx.helper.make_graph(nodes, "g", [onnx.helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                                   [onnx.helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])])
+    nodes = [
+        onnx.helper.make_node(
+            "StatefulPartitionedCall", ["x"], ["a"], name="functional_1/dw_1/StatefulPartitionedCall"
+        ),
+        onnx.helper.make_node("Erfc", ["a"], ["b"], name="functional_1/act_1/Gelu/Erfc"),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "g",
+        [onnx.helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])],
+    )
     proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
     with pytest.raises(MpconvertError) as err:
         reject_unconverted_ops(proto, model)
     message = err.value.message
-    assert message.index("Erfc (node 'functional_1/act_1/Gelu/Erfc' in layer 'act')") \
-        < message.index("StatefulPartitionedCall (node 'functional_1/dw_1/StatefulPartitionedCall' in layer 'dw')")
+    assert message.index("Erfc (node 'functional_1/act_1/Gelu/Erfc' in layer 'act')") < message.index(
+        "StatefulPartitionedCall (node 'functional_1/dw_1/StatefulPartitionedCall' in layer 'dw')"
+    )
     assert "--keep-float32 act " in err.value.hint
 
 
@@ -476,8 +486,12 @@ def test_a_failing_tf2onnx_optimizer_is_skipped_not_fatal(tmp_path, monkeypatch)
     x = batch(model)
     export = keras_to_onnx(model, spec(model), tmp_path / "m.onnx")
     assert len(calls) > 1
-    np.testing.assert_allclose(run_onnx(export.path, {"x": x}).outputs[0], np.asarray(model(x, training=False)),
-                               atol=ATOL["mixed_float16"], rtol=0)
+    np.testing.assert_allclose(
+        run_onnx(export.path, {"x": x}).outputs[0],
+        np.asarray(model(x, training=False)),
+        atol=ATOL["mixed_float16"],
+        rtol=0,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -487,8 +501,15 @@ def test_a_failing_tf2onnx_optimizer_is_skipped_not_fatal(tmp_path, monkeypatch)
 def test_running_onnx_does_not_import_tensorflow():
     # Only mpconvert.onnx.export needs TensorFlow and tf2onnx; checking a file
     # must not pay for importing them.
-    code = ("import mpconvert.onnx.run, mpconvert.onnx.graph, mpconvert.onnx.repairs, sys; "
-            "assert 'tensorflow' not in sys.modules and 'tf2onnx' not in sys.modules")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parent.parent)
+    code = (
+        "import mpconvert.onnx.run, mpconvert.onnx.graph, mpconvert.onnx.repairs, sys; "
+        "assert 'tensorflow' not in sys.modules and 'tf2onnx' not in sys.modules"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert proc.returncode == 0, proc.stderr

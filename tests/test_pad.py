@@ -10,9 +10,9 @@ import onnx
 import pytest
 import tensorflow as tf
 import tf_keras
-
 import tiny_models
 from onnx_graph import io_dims, weight_initializers
+
 from mpconvert.frameworks import KERAS3, TF_KERAS
 from mpconvert.onnx.export import keras_to_onnx
 from mpconvert.onnx.run import run_onnx
@@ -73,7 +73,9 @@ def test_every_unfriendly_dimension_is_padded_and_the_function_is_unchanged(fw, 
     assert padded.get_layer("dense100").dtype_policy.name == policy
     # the converted model itself is untouched
     assert converted.get_layer("dense100").units == 100
-    np.testing.assert_allclose(padded.predict(inputs[0], verbose=0), converted.predict(inputs[0], verbose=0), atol=tolerance)
+    np.testing.assert_allclose(
+        padded.predict(inputs[0], verbose=0), converted.predict(inputs[0], verbose=0), atol=tolerance
+    )
 
 
 def test_padded_weight_dimensions_in_the_onnx_graph_are_multiples_of_8(tmp_path):
@@ -97,8 +99,18 @@ def test_a_layernorm_after_dense100_is_skipped_with_its_reason(fw):
     K, framework = FRAMEWORKS[fw]
     _, result, _ = convert_and_pad(tiny_models.layernorm_after_dense(K), framework)
     assert result.report["skipped"] == [
-        {"layer": "dense100", "dim": "units", "from": 100, "reason": "feeds LayerNormalization 'ln', which normalizes across this axis"},
-        {"layer": "predictions_linear", "dim": "units", "from": 4, "reason": "narrower than the multiple (4 < 8); padding would not pay"},
+        {
+            "layer": "dense100",
+            "dim": "units",
+            "from": 100,
+            "reason": "feeds LayerNormalization 'ln', which normalizes across this axis",
+        },
+        {
+            "layer": "predictions_linear",
+            "dim": "units",
+            "from": 4,
+            "reason": "narrower than the multiple (4 < 8); padding would not pay",
+        },
     ]
     assert result.model.get_layer("dense100").units == 100
 
@@ -130,7 +142,10 @@ def test_residual_branches_are_padded_together_or_not_at_all():
 @pytest.mark.parametrize("reloaded", [False, True])
 def test_a_sequential_model_pads_like_its_functional_twin(tmp_path, reloaded):
     def layers():
-        return [keras.layers.Dense(100, activation="relu", name="hidden"), keras.layers.Dense(10, activation="softmax", name="predictions")]
+        return [
+            keras.layers.Dense(100, activation="relu", name="hidden"),
+            keras.layers.Dense(10, activation="softmax", name="predictions"),
+        ]
 
     x = keras.Input((30,), name="features")
     hidden, predictions = layers()
@@ -148,9 +163,18 @@ def test_a_sequential_model_pads_like_its_functional_twin(tmp_path, reloaded):
 
 def test_other_multiples_round_up_to_that_multiple():
     _, result, _ = convert_and_pad(tiny_models.unfriendly(keras), KERAS3, multiple=16, max_overhead=1.0)
-    assert {(d["layer"], d["to"]) for d in result.report["padded"]} == {("conv30", 32), ("dense100", 112), ("features", 32)}
+    assert {(d["layer"], d["to"]) for d in result.report["padded"]} == {
+        ("conv30", 32),
+        ("dense100", 112),
+        ("features", 32),
+    }
     assert result.report["skipped"] == [
-        {"layer": "predictions_linear", "dim": "units", "from": 10, "reason": "narrower than the multiple (10 < 16); padding would not pay"}
+        {
+            "layer": "predictions_linear",
+            "dim": "units",
+            "from": 10,
+            "reason": "narrower than the multiple (10 < 16); padding would not pay",
+        }
     ]
     assert result.report["float32_max_abs_diff"] <= 1e-6
 
@@ -192,8 +216,11 @@ def test_the_cli_exports_padded_files_with_the_original_signature(tmp_path, fw, 
 
     padding = json.loads((out / "report.json").read_text())["padding"]
     assert {d["layer"]: d["to"] for d in padding["padded"]} == {
-        "conv30": 32, "dense100": 104, "features": 32, "predictions_linear": 16
-    }  # fmt: skip
+        "conv30": 32,
+        "dense100": 104,
+        "features": 32,
+        "predictions_linear": 16,
+    }
     assert padding["exported"] == "padded" and padding["float32_max_abs_diff"] <= 1e-6
     proto, dims = onnx_weight_dims(out / "model.onnx")
     assert all(d % 8 == 0 for shape in dims for d in shape if d not in (1, 3)), dims  # 3x3 kernels, 1 input channel
@@ -212,7 +239,9 @@ def test_pad_multiple_0_turns_padding_off(tmp_path):
     path = tmp_path / "unfriendly.keras"
     tiny_models.unfriendly(keras).save(path)
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, [str(path), "--policy", "mixed_float16", "--out", str(out), "--pad-multiple", "0", "--export", "onnx"])
+    result = CliRunner().invoke(
+        cli, [str(path), "--policy", "mixed_float16", "--out", str(out), "--pad-multiple", "0", "--export", "onnx"]
+    )
     assert result.exit_code == 0, result.output
     import json
 

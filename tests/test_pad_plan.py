@@ -41,7 +41,9 @@ class Net:
         return LayerGraph.from_config(config, self.shapes)
 
     def _add(self, class_name, name, config, nodes, in_shape, out_shape):
-        self.layers.append({"class_name": class_name, "name": name, "config": {"name": name, **config}, "inbound_nodes": nodes})
+        self.layers.append(
+            {"class_name": class_name, "name": name, "config": {"name": name, **config}, "inbound_nodes": nodes}
+        )
         self.shapes.setdefault(name, (in_shape, out_shape))
 
     def _ref(self, tensor: tuple):
@@ -95,9 +97,13 @@ def test_a_small_budget_takes_the_cheapest_spaces_and_names_the_flops_of_the_res
     plan = plan_padding(classifier(fmt), PadOptions(max_overhead=0.1))
     assert [(d["layer"], d["to"]) for d in plan.padded] == [("features", 32), ("hidden", 104)]
     assert plan.skipped == (
-        {"layer": "predictions_linear", "dim": "units", "from": 10,
-         "reason": "would raise the model's FLOPs to +24.8% (over --max-pad-overhead 0.1)"},
-    )  # fmt: skip
+        {
+            "layer": "predictions_linear",
+            "dim": "units",
+            "from": 10,
+            "reason": "would raise the model's FLOPs to +24.8% (over --max-pad-overhead 0.1)",
+        },
+    )
     assert plan.slices == () and plan.padded_flops == 4368
 
 
@@ -125,9 +131,19 @@ def test_a_layernorm_after_a_dense_skips_it_with_its_reason(fmt):
     h = net("LayerNormalization", "ln", h, shape=(100,), axis=-1)
     plan = plan_padding(net.graph(net("Dense", "predictions", h, shape=(4,), units=4)), PadOptions())
     assert plan.skipped == (
-        {"layer": "dense100", "dim": "units", "from": 100, "reason": "feeds LayerNormalization 'ln', which normalizes across this axis"},
-        {"layer": "predictions", "dim": "units", "from": 4, "reason": "narrower than the multiple (4 < 8); padding would not pay"},
-    )  # fmt: skip
+        {
+            "layer": "dense100",
+            "dim": "units",
+            "from": 100,
+            "reason": "feeds LayerNormalization 'ln', which normalizes across this axis",
+        },
+        {
+            "layer": "predictions",
+            "dim": "units",
+            "from": 4,
+            "reason": "narrower than the multiple (4 < 8); padding would not pay",
+        },
+    )
     assert plan.padded == ()
 
 
@@ -155,7 +171,16 @@ def test_conv_flops_come_from_kernel_size_and_depth_multiplier(fmt):
     net = Net(fmt)
     x = net.input("image", (8, 8, 3))
     c = net("Conv2D", "conv30", x, shape=(8, 8, 30), filters=30, kernel_size=[3, 3], padding="same")
-    s = net("SeparableConv2D", "sep20", c, shape=(8, 8, 20), filters=20, kernel_size=[3, 3], depth_multiplier=2, padding="same")
+    s = net(
+        "SeparableConv2D",
+        "sep20",
+        c,
+        shape=(8, 8, 20),
+        filters=20,
+        kernel_size=[3, 3],
+        depth_multiplier=2,
+        padding="same",
+    )
     g = net("GlobalAveragePooling2D", "gap", s, shape=(20,))
     plan = plan_padding(net.graph(net("Dense", "value", g, shape=(1,), units=1)), PadOptions())
     # conv30 3*3*3*30 * 64 positions, sep20 (3*3*30*2 + 30*2*20) * 64, value 20*1

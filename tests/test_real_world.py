@@ -20,6 +20,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
+from test_pad_plan import Net
 
 from mpconvert.cli import cli
 from mpconvert.errors import MpconvertError
@@ -27,7 +28,6 @@ from mpconvert.gate import _padding
 from mpconvert.onnx.repairs import insert_float32_islands
 from mpconvert.options import PadOptions
 from mpconvert.pad import plan_padding
-from test_pad_plan import Net
 
 VOCAB, STEPS = 40, 10
 
@@ -140,10 +140,18 @@ def test_an_embedding_input_is_never_padded(fmt):
 
 
 def test_gate_passes_a_rejected_padding_that_was_not_exported():
-    padding = {"multiple": 8, "padded": [], "skipped": [], "flops_overhead": 0.02, "max_abs_diff": 0.0168,
-               "float32_max_abs_diff": 0.0168, "passed": False, "exported": "unpadded",
-               "reason": "padding changed the outputs: float32 outputs differ by 0.0168 (> 1e-06); "
-                         "the unpadded model was exported"}  # fmt: skip
+    padding = {
+        "multiple": 8,
+        "padded": [],
+        "skipped": [],
+        "flops_overhead": 0.02,
+        "max_abs_diff": 0.0168,
+        "float32_max_abs_diff": 0.0168,
+        "passed": False,
+        "exported": "unpadded",
+        "reason": "padding changed the outputs: float32 outputs differ by 0.0168 (> 1e-06); "
+        "the unpadded model was exported",
+    }
     check = _padding(padding)
     assert check.passed
     assert check.message == (
@@ -157,26 +165,36 @@ def test_constant_of_shape_in_a_loop_body_computes_in_float32():
     """ConstantOfShape makes its bfloat16 output from an attribute: the island must retype that too."""
     bf16 = helper.make_tensor("value", TensorProto.BFLOAT16, [1], [0])
     body = helper.make_graph(
-        [helper.make_node("ConstantOfShape", ["shape"], ["zeros"], value=bf16),
-         helper.make_node("Add", ["zeros", "state_in"], ["sum"]),
-         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        [
+            helper.make_node("ConstantOfShape", ["shape"], ["zeros"], value=bf16),
+            helper.make_node("Add", ["zeros", "state_in"], ["sum"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
         "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("state_in", TensorProto.BFLOAT16, [2])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("sum", TensorProto.BFLOAT16, [2])],
-    )  # fmt: skip
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("state_in", TensorProto.BFLOAT16, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("sum", TensorProto.BFLOAT16, [2]),
+        ],
+    )
     graph = helper.make_graph(
-        [helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.BFLOAT16),
-         helper.make_node("Loop", ["trips", "", "x16"], ["y16"], body=body),
-         helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT)],
+        [
+            helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.BFLOAT16),
+            helper.make_node("Loop", ["trips", "", "x16"], ["y16"], body=body),
+            helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT),
+        ],
         "loop",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-        [helper.make_tensor("trips", TensorProto.INT64, [], [3]),
-         helper.make_tensor("shape", TensorProto.INT64, [1], [2])],
-    )  # fmt: skip
+        [
+            helper.make_tensor("trips", TensorProto.INT64, [], [3]),
+            helper.make_tensor("shape", TensorProto.INT64, [1], [2]),
+        ],
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(onnx.shape_inference.InferenceError, match="ConstantOfShape"):
         onnx.checker.check_model(proto, full_check=True)
@@ -215,8 +233,19 @@ def two_unit_sigmoid(tmp_path_factory):
 def test_class_ids_on_a_two_unit_sigmoid_are_scored_by_argmax(two_unit_sigmoid, tmp_path):
     path, data, float32_scores, labels = two_unit_sigmoid
     out = tmp_path / "out"
-    result = run(path, "--policy", "mixed_bfloat16", "--data", data, "--out", out, "--export", "savedmodel",
-                 "--finetune-steps", "30")  # fmt: skip
+    result = run(
+        path,
+        "--policy",
+        "mixed_bfloat16",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--export",
+        "savedmodel",
+        "--finetune-steps",
+        "30",
+    )
     assert result.exit_code == 0, result.output
     v = report_of(out)["validation"]
     by_hand = float(np.mean(float32_scores.argmax(1) == labels))
@@ -298,7 +327,9 @@ def test_a_failed_onnx_export_keeps_the_savedmodel_and_the_report(two_unit_sigmo
     import mpconvert.onnx.export
 
     def fails(*args, **kwargs):
-        raise MpconvertError("the converted ONNX graph is invalid: made up for the test", hint="use --export savedmodel")
+        raise MpconvertError(
+            "the converted ONNX graph is invalid: made up for the test", hint="use --export savedmodel"
+        )
 
     monkeypatch.setattr(mpconvert.onnx.export, "keras_to_onnx", fails)
     path, data, _, _ = two_unit_sigmoid
@@ -310,9 +341,17 @@ def test_a_failed_onnx_export_keeps_the_savedmodel_and_the_report(two_unit_sigmo
     report = report_of(out)
     reason = "the converted ONNX graph is invalid: made up for the test; fix: use --export savedmodel"
     onnx_artifact = {a["kind"]: a for a in report["artifacts"]}["onnx"]
-    assert onnx_artifact == {"kind": "onnx", "path": None, "bytes": 0, "max_abs_diff": None,
-                             "max_abs_ref": onnx_artifact["max_abs_ref"], "runtime": None,
-                             "details": {"error": reason}, "failed": True, "reason": reason}  # fmt: skip
+    assert onnx_artifact == {
+        "kind": "onnx",
+        "path": None,
+        "bytes": 0,
+        "max_abs_diff": None,
+        "max_abs_ref": onnx_artifact["max_abs_ref"],
+        "runtime": None,
+        "details": {"error": reason},
+        "failed": True,
+        "reason": reason,
+    }
     checks = checks_of(report)
     assert not checks["artifact parity: onnx"]["passed"]
     assert checks["artifact parity: onnx"]["message"] == f"onnx export failed: {reason}"
@@ -331,7 +370,8 @@ def test_an_export_bug_still_stops_the_run(two_unit_sigmoid, tmp_path, monkeypat
     monkeypatch.setattr(mpconvert.onnx.export, "keras_to_onnx", crashes)
     path, data, _, _ = two_unit_sigmoid
     out = tmp_path / "out"
-    result = run(path, "--policy", "mixed_float16", "--data", data, "--out", out, "--finetune-steps", "0",
-                 "--export", "onnx")  # fmt: skip
+    result = run(
+        path, "--policy", "mixed_float16", "--data", data, "--out", out, "--finetune-steps", "0", "--export", "onnx"
+    )
     assert result.exit_code == 1 and "conversion failed unexpectedly: RuntimeError: a bug" in result.output
     assert not out.exists()

@@ -17,14 +17,12 @@ import textwrap
 import time
 from pathlib import Path
 
-import keras
-import numpy as np
 import pytest
 import tf_keras
 from click.testing import CliRunner
+from conftest import SAMPLES
 
 import mpconvert
-from conftest import SAMPLES
 from mpconvert.cli import cli
 from mpconvert.outdir import claimed_output
 
@@ -70,7 +68,7 @@ def one_error(stderr: str) -> list[str]:
 
 # --- custom layers --------------------------------------------------------------
 
-LAYERS_K3 = '''
+LAYERS_K3 = """
 import keras
 
 @keras.saving.register_keras_serializable(package="mylayers")
@@ -84,10 +82,12 @@ class Scale(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "factor": self.factor}
-'''
-LAYERS_TFK = LAYERS_K3.replace("import keras", "import tf_keras as keras").replace(
-    "keras.saving.register_keras_serializable", "keras.utils.register_keras_serializable"
-).replace('"mylayers"', '"tfklayers"')
+"""
+LAYERS_TFK = (
+    LAYERS_K3.replace("import keras", "import tf_keras as keras")
+    .replace("keras.saving.register_keras_serializable", "keras.utils.register_keras_serializable")
+    .replace('"mylayers"', '"tfklayers"')
+)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,10 @@ def test_a_custom_layer_needs_import_and_converts_with_it(custom_models, tmp_pat
     assert not out.exists() and hidden(tmp_path) == []
     # With it: converted, the custom layer rebuilt under the policy.
     proc = subprocess.run(
-        [script(), models / name, *FAST, "--out", out, "--import", module, "--json"], capture_output=True, text=True, env=env
+        [script(), models / name, *FAST, "--out", out, "--import", module, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     layers = {d["name"]: d["policy"] for d in json.loads(proc.stdout)["layers"]}
@@ -334,8 +337,9 @@ def test_sigkill_at_any_moment_leaves_nothing_that_harms_the_next_run(tmp_path, 
     # The next run converts, and clears what the killed one left.
     proc = subprocess.run(
         [script(), model, "--policy", "mixed_bfloat16", "--data", CANCER_NPZ, "--out", out, "--finetune-steps", "0"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads((out / "report.json").read_text())["passed"]
     assert hidden(tmp_path) == [] and sha(model) == before
@@ -370,8 +374,19 @@ def test_the_report_says_what_really_ran_the_onnx_file(tmp_path, policy, native)
 
     if cuda_usable():
         pytest.skip("a GPU runs both files natively")
-    result = invoke(CANCER, "--policy", policy, "--data", CANCER_NPZ, "--out", tmp_path / "o",
-                    "--export", "onnx", "--finetune-steps", "0")  # fmt: skip
+    result = invoke(
+        CANCER,
+        "--policy",
+        policy,
+        "--data",
+        CANCER_NPZ,
+        "--out",
+        tmp_path / "o",
+        "--export",
+        "onnx",
+        "--finetune-steps",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     (onnx,) = json.loads((tmp_path / "o" / "report.json").read_text())["artifacts"]
     assert onnx["details"]["ran_as_written"] is native

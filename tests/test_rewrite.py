@@ -8,8 +8,8 @@ import keras
 import numpy as np
 import pytest
 import tf_keras
-
 import tiny_models
+
 from mpconvert.errors import MpconvertError
 from mpconvert.frameworks import KERAS3, TF_KERAS
 from mpconvert.options import RewriteOptions
@@ -35,9 +35,24 @@ def test_plan_from_a_hand_written_config_is_exact():
         "name": "m",
         "layers": [
             {"class_name": "InputLayer", "name": "x", "config": {"name": "x", "dtype": "float32"}, "inbound_nodes": []},
-            {"class_name": "Dense", "name": "hidden", "config": {"name": "hidden", "dtype": "float32", "activation": "relu"}, "inbound_nodes": [[["x", 0, 0, {}]]]},
-            {"class_name": "Softmax", "name": "attn", "config": {"name": "attn", "dtype": "float32"}, "inbound_nodes": [[["hidden", 0, 0, {}]]]},
-            {"class_name": "Dense", "name": "probs", "config": {"name": "probs", "dtype": "float32", "activation": "softmax"}, "inbound_nodes": [[["attn", 0, 0, {}]]]},
+            {
+                "class_name": "Dense",
+                "name": "hidden",
+                "config": {"name": "hidden", "dtype": "float32", "activation": "relu"},
+                "inbound_nodes": [[["x", 0, 0, {}]]],
+            },
+            {
+                "class_name": "Softmax",
+                "name": "attn",
+                "config": {"name": "attn", "dtype": "float32"},
+                "inbound_nodes": [[["hidden", 0, 0, {}]]],
+            },
+            {
+                "class_name": "Dense",
+                "name": "probs",
+                "config": {"name": "probs", "dtype": "float32", "activation": "softmax"},
+                "inbound_nodes": [[["attn", 0, 0, {}]]],
+            },
         ],
         "input_layers": [["x", 0, 0]],
         "output_layers": [["probs", 0, 0]],
@@ -80,7 +95,9 @@ def test_mlp_layers_compute_in_16_bits_with_float32_variables(fw, policy):
     assert str(getattr(new.outputs[0].dtype, "name", new.outputs[0].dtype)) == "float32"
     # weights copied exactly, original untouched
     np.testing.assert_array_equal(new.get_layer("hidden").get_weights()[0], model.get_layer("hidden").get_weights()[0])
-    np.testing.assert_array_equal(new.get_layer("predictions_linear").get_weights()[0], model.get_layer("predictions").get_weights()[0])
+    np.testing.assert_array_equal(
+        new.get_layer("predictions_linear").get_weights()[0], model.get_layer("predictions").get_weights()[0]
+    )
     for a, b in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert all(layer.dtype_policy.name == "float32" for layer in model.layers)

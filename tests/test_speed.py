@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from junitparser import JUnitXml
+from test_gate import make_report, stored, thresholds, write
 
 from mpconvert import doctor
 from mpconvert.cli import cli
@@ -40,7 +41,6 @@ from mpconvert.speed import (
     read_cpu,
     warning_for,
 )
-from test_gate import make_report, stored, thresholds, write
 
 ROWS = 100
 BATCH = 64
@@ -202,7 +202,11 @@ def gpu_machine(cc):
         (BF16_CPU, "mixed_float16", "no float16 units on this CPU"),
         (BF16_CPU, "mixed_bfloat16", None),
         (SAPPHIRE_RAPIDS, "mixed_float16", None),
-        (gpu_machine((6, 1)), "mixed_float16", "no float16 Tensor Cores on Tesla P100: compute capability 6.1, they need 7.0"),
+        (
+            gpu_machine((6, 1)),
+            "mixed_float16",
+            "no float16 Tensor Cores on Tesla P100: compute capability 6.1, they need 7.0",
+        ),
         (gpu_machine((7, 5)), "mixed_float16", None),
         (gpu_machine((7, 5)), "mixed_bfloat16", "compute capability 7.5, they need 8.0"),
         (gpu_machine((8, 0)), "mixed_bfloat16", None),
@@ -231,7 +235,10 @@ def test_the_device_says_where_tensorflow_runs():
     assert gpu_machine((9, 0)).as_dict()["gpus"] == [
         {"name": "A GPU", "compute_capability": "9.0", "float16_tensor_cores": True, "bfloat16_tensor_cores": True}
     ]
-    assert fast_units(gpu_machine((9, 0)), "bfloat16") == (True, "bfloat16 Tensor Cores on A GPU (compute capability 9.0)")
+    assert fast_units(gpu_machine((9, 0)), "bfloat16") == (
+        True,
+        "bfloat16 Tensor Cores on A GPU (compute capability 9.0)",
+    )
 
 
 def test_cpu_features_are_read_from_cpuinfo(tmp_path):
@@ -264,7 +271,10 @@ def bench(float16, bfloat16):
 def test_the_doctor_recommends_the_policy_measured_faster():
     found = doctor.recommend(BF16_CPU, bench(float16=(0.5, 0.8), bfloat16=(1.7, 1.2)))
     assert found.policy == "mixed_bfloat16"
-    assert found.lines[0] == "mixed_bfloat16: matmul 1.70x, conv 1.20x faster than float32 in TensorFlow here (CPU: AMD EPYC 9454)"
+    assert (
+        found.lines[0]
+        == "mixed_bfloat16: matmul 1.70x, conv 1.20x faster than float32 in TensorFlow here (CPU: AMD EPYC 9454)"
+    )
     assert found.lines[1] == (
         "mixed_float16 will not pay here: matmul 0.50x, conv 0.80x of float32's speed in TensorFlow "
         "(no float16 units on this CPU: neither avx512_fp16 nor amx_fp16)"
@@ -323,8 +333,14 @@ def test_doctor_prints_the_facts_the_table_and_the_recommendation(monkeypatch):
     monkeypatch.setattr(doctor, "CONV", (2, 8, 8, 4, 4))
     result = CliRunner().invoke(cli, ["doctor"])
     assert result.exit_code == 0, result.output
-    for needle in ("mpconvert doctor: TensorFlow runs on", "avx512_bf16", "ONNX Runtime providers:",
-                   "micro-benchmark", "8x16 @ 16x16", "recommendation:"):  # fmt: skip
+    for needle in (
+        "mpconvert doctor: TensorFlow runs on",
+        "avx512_bf16",
+        "ONNX Runtime providers:",
+        "micro-benchmark",
+        "8x16 @ 16x16",
+        "recommendation:",
+    ):
         assert needle in result.output
 
 
@@ -338,8 +354,14 @@ SPEED_SECTION = {
         "keras": {"float32_ms": 60.0, "converted_ms": 50.0, "ratio": 1.2, "runtime": "tensorflow", "note": None},
         "savedmodel": {"float32_ms": 52.0, "converted_ms": 32.5, "ratio": 1.6, "runtime": "tensorflow", "note": None},
     },
-    "memory": {"batch": 256, "float32_bytes": 2000, "converted_bytes": 1000, "ratio": 0.5, "method": COMPUTED,
-               "unknown_layers": []},  # fmt: skip
+    "memory": {
+        "batch": 256,
+        "float32_bytes": 2000,
+        "converted_bytes": 1000,
+        "ratio": 0.5,
+        "method": COMPUTED,
+        "unknown_layers": [],
+    },
     "summary": "...",
 }
 
@@ -351,7 +373,9 @@ def speed_checks(speed, min_speedup):
     return {c.name: c for c in evaluate(report, thresholds(min_speedup=min_speedup)).checks}
 
 
-@pytest.mark.parametrize("min_speedup,passed", [(1.2, True), (1.6, True), (1.61, False)], ids=["loose", "exact", "tight"])
+@pytest.mark.parametrize(
+    "min_speedup,passed", [(1.2, True), (1.6, True), (1.61, False)], ids=["loose", "exact", "tight"]
+)
 def test_the_speed_check_judges_the_savedmodel_path(min_speedup, passed):
     check = speed_checks(SPEED_SECTION, min_speedup)[SPEED]
     assert check.passed is passed
@@ -400,7 +424,10 @@ def test_the_speed_check_is_a_junit_case_and_a_markdown_row(tmp_path):
     assert [case.name for case in suite if not case.is_passed] == [SPEED]
     text = markdown(judged)
     assert "| speed | ❌ **fail** | savedmodel 1.60x as fast as float32" in text
-    assert "Speed (CPU, batch 256): keras 1.20x, savedmodel 1.60x faster than float32; activations 0.50x (computed)." in text
+    assert (
+        "Speed (CPU, batch 256): keras 1.20x, savedmodel 1.60x faster than float32; activations 0.50x (computed)."
+        in text
+    )
 
 
 def test_the_summary_line_for_speed_and_memory(capsys):

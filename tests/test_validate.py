@@ -91,7 +91,15 @@ def test_near_ties_at_16_bit_resolution_are_left_out_of_the_agreement():
     assert untied.agreement == 0.5
     assert (untied.harmed, untied.fixed, untied.kept_correct, untied.kept_correct_rows) == (2, 0, 0.5, 4)
     # all rows tied: no agreement to judge
-    tied = compare([ref[2:]], [conv[2:]], Split((np.zeros((2, 2), np.float32),), None), SOFTMAX, "accuracy", "generated", resolution=2.0**-10)
+    tied = compare(
+        [ref[2:]],
+        [conv[2:]],
+        Split((np.zeros((2, 2), np.float32),), None),
+        SOFTMAX,
+        "accuracy",
+        "generated",
+        resolution=2.0**-10,
+    )
     assert tied.agreement is None and tied.agreement_rows == 0
 
 
@@ -121,7 +129,9 @@ def test_a_conversion_that_only_fixes_predictions_passes():
     assert check.name == "agreement" and check.passed
     assert check.message == "kept 100.00% of the 63 rows the float32 model got right (0 harmed, 22 fixed) >= min 95.00%"
     # The rule before labels counted: agreement 0.70 < 0.95 failed this conversion.
-    old_format = {k: val for k, val in v.__dict__.items() if k not in ("harmed", "fixed", "kept_correct", "kept_correct_rows")}
+    old_format = {
+        k: val for k, val in v.__dict__.items() if k not in ("harmed", "fixed", "kept_correct", "kept_correct_rows")
+    }
     assert not check_agreement(old_format, 0.95).passed
 
 
@@ -143,8 +153,14 @@ def test_harming_6_of_60_right_rows_keeps_90_percent(min_agreement, passed):
     assert check.message == (
         f"kept 90.00% of the 60 rows the float32 model got right (6 harmed, 10 fixed) {sign} min {min_agreement:.2%}"
     )
-    assert check.values == {"kept_correct": 0.9, "min_agreement": min_agreement, "rows": 60, "harmed": 6, "fixed": 10,
-                            "agreement": 0.84}  # fmt: skip
+    assert check.values == {
+        "kept_correct": 0.9,
+        "min_agreement": min_agreement,
+        "rows": 60,
+        "harmed": 6,
+        "fixed": 10,
+        "agreement": 0.84,
+    }
 
 
 def test_without_labels_the_check_is_agreement_with_the_original():

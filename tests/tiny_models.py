@@ -28,7 +28,10 @@ def nested(K):
     x = K.Input((8,), name="features")
     h = K.layers.Dense(16, activation="relu", name="stem")(x)
     head = K.Sequential(
-        [K.layers.Dense(12, activation="relu", name="head_hidden"), K.layers.Dense(4, activation="softmax", name="head_out")],
+        [
+            K.layers.Dense(12, activation="relu", name="head_hidden"),
+            K.layers.Dense(4, activation="softmax", name="head_out"),
+        ],
         name="head",
     )
     return K.Model(x, head(h), name="nested")

@@ -39,22 +39,68 @@ def batch_renderings() -> Renderings:
 
 @click.command("batch", epilog=BATCH_EXIT_HELP)
 @click.argument("source", metavar="MANIFEST.toml|DIR", type=click.Path(path_type=Path))
-@click.option("--out", "root", type=click.Path(path_type=Path), required=True, help="Output root: one folder per model and policy, and batch.json.")
+@click.option(
+    "--out",
+    "root",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Output root: one folder per model and policy, and batch.json.",
+)
 @policy_option
-@click.option("--jobs", type=click.IntRange(min=1), help="Models converted at once [default: cores, capped by free memory at 3 GiB each].")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Seconds one model may take; then it is stopped and reported timed_out.")
-@click.option("--resume", is_flag=True, help="Keep every result already complete for identical inputs and options (by content key); redo the rest.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Models converted at once [default: cores, capped by free memory at 3 GiB each].",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds one model may take; then it is stopped and reported timed_out.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep every result already complete for identical inputs and options (by content key); redo the rest.",
+)
 @click.option("--force", is_flag=True, help="Convert again into an output root that holds results.")
-@click.option("--shard", metavar="I/N", help="Convert only shard I of N (balanced by model size), for N machines or CI jobs.")
-@click.option("--baseline", type=click.Path(path_type=Path), help="An earlier batch.json (or its root): fail a model whose metric got worse than there.")
-@click.option("--max-regression", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Largest allowed worsening against --baseline.")
+@click.option(
+    "--shard", metavar="I/N", help="Convert only shard I of N (balanced by model size), for N machines or CI jobs."
+)
+@click.option(
+    "--baseline",
+    type=click.Path(path_type=Path),
+    help="An earlier batch.json (or its root): fail a model whose metric got worse than there.",
+)
+@click.option(
+    "--max-regression",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Largest allowed worsening against --baseline.",
+)
 @conversion_flags(given_only=True, exclude=("baseline", "max_regression"))
 @gate_flags(stored=False, baseline=False)
 @output_flags("batch summary")
 @quiet_option
 @debug_option
-def batch_command(source, root, policy, jobs, timeout, resume, force, shard, baseline, max_regression,
-                  conversion, junit, summary, as_json, quiet, debug):  # fmt: skip
+def batch_command(
+    source,
+    root,
+    policy,
+    jobs,
+    timeout,
+    resume,
+    force,
+    shard,
+    baseline,
+    max_regression,
+    conversion,
+    junit,
+    summary,
+    as_json,
+    quiet,
+    debug,
+):
     """Convert many models: a TOML manifest, or every model found under DIR.
 
     Options of the main command given here apply to every model, under what
@@ -70,9 +116,15 @@ def batch_command(source, root, policy, jobs, timeout, resume, force, shard, bas
         given = {**conversion, **({"policy": policy} if policy else {})}
         jobs_list = folder_jobs(source, given) if source.is_dir() else load_manifest(source, given)
         options = BatchOptions(
-            root=root, jobs=jobs, timeout=timeout, resume=resume, force=force,
-            shard=parse_shard(shard) if shard else None, baseline=baseline, max_regression=max_regression,
-        )  # fmt: skip
+            root=root,
+            jobs=jobs,
+            timeout=timeout,
+            resume=resume,
+            force=force,
+            shard=parse_shard(shard) if shard else None,
+            baseline=baseline,
+            max_regression=max_regression,
+        )
         try:
             with BatchProgress(quiet or outputs.stdout_taken, total=len(jobs_list)) as progress:
                 result = run_batch(jobs_list, options, progress.event)

@@ -31,14 +31,36 @@ MODEL_KEYS = ("path", "name", *OPTION_KEYS)
 PATH_KEYS = ("data", "baseline")
 # What each key's TOML value must be (the conversion then checks the ranges).
 _TYPES: dict[str, tuple[type, ...]] = {
-    "path": (str,), "name": (str,), "policy": (str, list), "data": (str,), "keep_float32": (list, str),
-    "metric": (str,), "max_drop": (int, float), "min_agreement": (int, float), "atol": (int, float, dict),
-    "rtol": (int, float, dict), "baseline": (str,), "max_regression": (int, float), "finetune_steps": (int,),
-    "learning_rate": (int, float), "batch_size": (int,), "loss": (str,), "seed": (int,), "pad_multiple": (int,),
-    "max_pad_overhead": (int, float), "unsafe_deserialization": (bool,), "imports": (list, str),
-    "custom_objects": (), "export": (list, str), "opset": (int,), "auto_keep": (str,),
-    "search_budget": (int, float), "speed": (bool,), "min_speedup": (int, float), "bench_onnx": (bool,),
-}  # fmt: skip
+    "path": (str,),
+    "name": (str,),
+    "policy": (str, list),
+    "data": (str,),
+    "keep_float32": (list, str),
+    "metric": (str,),
+    "max_drop": (int, float),
+    "min_agreement": (int, float),
+    "atol": (int, float, dict),
+    "rtol": (int, float, dict),
+    "baseline": (str,),
+    "max_regression": (int, float),
+    "finetune_steps": (int,),
+    "learning_rate": (int, float),
+    "batch_size": (int,),
+    "loss": (str,),
+    "seed": (int,),
+    "pad_multiple": (int,),
+    "max_pad_overhead": (int, float),
+    "unsafe_deserialization": (bool,),
+    "imports": (list, str),
+    "custom_objects": (),
+    "export": (list, str),
+    "opset": (int,),
+    "auto_keep": (str,),
+    "search_budget": (int, float),
+    "speed": (bool,),
+    "min_speedup": (int, float),
+    "bench_onnx": (bool,),
+}
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 
 
@@ -80,10 +102,19 @@ def _check_types(where: str, table: dict, allowed: tuple[str, ...], problems: li
             near = difflib.get_close_matches(key.replace("-", "_"), allowed, n=1)
             problems.append(f"{where}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
         elif key == "custom_objects":
-            problems.append(f"{where}: custom_objects cannot be written in TOML; use imports = [\"module\"]")
+            problems.append(f'{where}: custom_objects cannot be written in TOML; use imports = ["module"]')
         elif not isinstance(value, _TYPES[key]) or (isinstance(value, bool) and bool not in _TYPES[key]):
-            kinds = " or ".join({str: "a string", list: "a list", dict: "a table", int: "a number",
-                                 float: "a number", bool: "true/false"}[t] for t in _TYPES[key])  # fmt: skip
+            kinds = " or ".join(
+                {
+                    str: "a string",
+                    list: "a list",
+                    dict: "a table",
+                    int: "a number",
+                    float: "a number",
+                    bool: "true/false",
+                }[t]
+                for t in _TYPES[key]
+            )
             problems.append(f"{where}: {key} = {value!r} must be {kinds}")
         else:
             good[key] = value
@@ -124,7 +155,9 @@ def _jobs_for(where: str, name: str, model: Path, given: str, options: dict, pro
     except MpconvertError as exc:
         problems.append(f"{where}: {exc.message}")
         return []
-    return [Job(name, model, policy, dict(options), export, opset, given, bench_onnx) for policy in dict.fromkeys(policies)]
+    return [
+        Job(name, model, policy, dict(options), export, opset, given, bench_onnx) for policy in dict.fromkeys(policies)
+    ]
 
 
 def _model_path(where: str, given: str, base: Path, problems: list[str]) -> Path | None:
@@ -154,7 +187,9 @@ def _duplicates(jobs: list[Job], problems: list[str]) -> None:
     seen: dict[str, str] = {}
     for job in jobs:
         if job.folder in seen and seen[job.folder] != job.given_path:
-            problems.append(f"two models are named {job.name!r} ({seen[job.folder]} and {job.given_path}); give one a name")
+            problems.append(
+                f"two models are named {job.name!r} ({seen[job.folder]} and {job.given_path}); give one a name"
+            )
         seen.setdefault(job.folder, job.given_path)
 
 

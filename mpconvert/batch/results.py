@@ -21,11 +21,25 @@ STATUSES = ("passed", "gate_failed", "error", "timed_out")
 
 def _base(job: Any, key: str, status: str, message: str, seconds: float) -> dict:
     return {
-        "name": job.name, "path": job.given_path, "policy": job.policy, "status": status, "message": message,
-        "folder": job.folder, "key": key, "reused": False, "seconds": round(seconds, 3),
-        "metric": None, "before": None, "after": None, "drop": None, "kept_float32_share": None,
-        "onnx_bytes": None, "onnx_vs_float32": None, "step_time_ratio": None, "failed_checks": [],
-    }  # fmt: skip
+        "name": job.name,
+        "path": job.given_path,
+        "policy": job.policy,
+        "status": status,
+        "message": message,
+        "folder": job.folder,
+        "key": key,
+        "reused": False,
+        "seconds": round(seconds, 3),
+        "metric": None,
+        "before": None,
+        "after": None,
+        "drop": None,
+        "kept_float32_share": None,
+        "onnx_bytes": None,
+        "onnx_vs_float32": None,
+        "step_time_ratio": None,
+        "failed_checks": [],
+    }
 
 
 def entry(job: Any, key: str, report: dict, status: str, message: str, seconds: float) -> dict:
@@ -37,14 +51,17 @@ def entry(job: Any, key: str, report: dict, status: str, message: str, seconds: 
     onnx = next((a for a in report["artifacts"] if a["kind"] == "onnx" and not a.get("failed")), None)
     parameters = report["source"].get("parameters")
     item.update(
-        metric=v["metric"], before=v["reference"], after=v["converted"], drop=v["drop"],
+        metric=v["metric"],
+        before=v["reference"],
+        after=v["converted"],
+        drop=v["drop"],
         kept_float32_share=round(kept / len(layers), 4) if layers else None,
         # float32 weights take 4 bytes a parameter: the size the file would have in float32.
         onnx_bytes=onnx["bytes"] if onnx else None,
         onnx_vs_float32=round(onnx["bytes"] / (4 * parameters), 4) if onnx and parameters else None,
         step_time_ratio=(report.get("finetune") or {}).get("step_time_ratio"),
         failed_checks=[c["name"] for c in report["gate"]["checks"] if not c["passed"]],
-    )  # fmt: skip
+    )
     return item
 
 
@@ -128,9 +145,13 @@ def read_batch(path: Path) -> dict:
     except FileNotFoundError:
         raise MpconvertError(f"{path} not found", hint="give a batch output root or its batch.json") from None
     except (OSError, ValueError) as exc:
-        raise MpconvertError(f"cannot read {path} ({exc})", hint="give the batch.json an mpconvert batch wrote") from None
+        raise MpconvertError(
+            f"cannot read {path} ({exc})", hint="give the batch.json an mpconvert batch wrote"
+        ) from None
     if not isinstance(summary, dict) or not isinstance(summary.get("models"), list):
-        raise MpconvertError(f"{path} is not an mpconvert batch.json", hint="give the batch.json an mpconvert batch wrote")
+        raise MpconvertError(
+            f"{path} is not an mpconvert batch.json", hint="give the batch.json an mpconvert batch wrote"
+        )
     return summary
 
 

@@ -16,9 +16,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import interrupts
 from ..errors import MpconvertError
@@ -138,11 +138,17 @@ class _Runner:
 
     def start(self, job: Job, key: str) -> None:
         spec = {
-            "model": str(job.model), "given_path": job.given_path, "policy": job.policy, "keywords": job.keywords,
-            "export": list(job.export), "opset": job.opset, "bench_onnx": job.bench_onnx,
-            "out": str(self.root / job.folder), "key": key,
+            "model": str(job.model),
+            "given_path": job.given_path,
+            "policy": job.policy,
+            "keywords": job.keywords,
+            "export": list(job.export),
+            "opset": job.opset,
+            "bench_onnx": job.bench_onnx,
+            "out": str(self.root / job.folder),
+            "key": key,
             "parent": os.getpid(),
-        }  # fmt: skip
+        }
         # Not with_suffix: a model name may hold dots ("resnet.v2").
         stem = str(self.work / job.folder.replace("/", "__"))
         spec["result"] = stem + ".result.json"
@@ -151,8 +157,11 @@ class _Runner:
         with log.open("w") as handle:
             process = subprocess.Popen(
                 [sys.executable, "-m", "mpconvert.batch.worker", stem + ".spec.json"],
-                stdin=subprocess.DEVNULL, stdout=handle, stderr=handle, start_new_session=True,
-            )  # fmt: skip
+                stdin=subprocess.DEVNULL,
+                stdout=handle,
+                stderr=handle,
+                start_new_session=True,
+            )
         self.running.append(_Running(job, key, process, Path(spec["result"]), log, time.monotonic()))
         self.on_event("started", job, None)
 
@@ -162,8 +171,16 @@ class _Runner:
             code = run.process.poll()
             if code is None and self.options.timeout and elapsed > self.options.timeout:
                 self._kill(run)
-                self._done(run, failed_entry(run.job, run.key, "timed_out",
-                                             f"no result after {self.options.timeout:g} s (--timeout)", elapsed))  # fmt: skip
+                self._done(
+                    run,
+                    failed_entry(
+                        run.job,
+                        run.key,
+                        "timed_out",
+                        f"no result after {self.options.timeout:g} s (--timeout)",
+                        elapsed,
+                    ),
+                )
             elif code is not None:
                 self._done(run, self._outcome(run, code, elapsed))
 
@@ -224,7 +241,9 @@ def _crash_message(code: int, log: Path) -> str:
     return message + (f": {lines[-1][:200]}" if lines else "")
 
 
-def run_batch(jobs: list[Job], options: BatchOptions, on_event: Callable[[str, Job, dict | None], None] = lambda *a: None) -> dict:
+def run_batch(
+    jobs: list[Job], options: BatchOptions, on_event: Callable[[str, Job, dict | None], None] = lambda *a: None
+) -> dict:
     """Convert every job (this shard's), each in its own process; returns batch.json's content.
 
     The root (or this shard's part of it) is claimed first, before anything

@@ -63,9 +63,11 @@ def run(spec: dict) -> dict:
     options = conversion_options(spec["model"], spec["policy"], **spec["keywords"])
     stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}
     save = SaveOptions(
-        Path(spec["out"]), ExportOptions(tuple(spec["export"]), spec["opset"], bench_onnx=spec["bench_onnx"]), force=True,
+        Path(spec["out"]),
+        ExportOptions(tuple(spec["export"]), spec["opset"], bench_onnx=spec["bench_onnx"]),
+        force=True,
         attachments=((RESULT_NAME, stamp),),
-    )  # fmt: skip
+    )
     report, _ = convert_and_save(options, save)
     status = "passed" if report.passed else "gate_failed"
     failed = [c.name for c in report.gate.failed]

@@ -84,9 +84,11 @@ def check_inputs(proto, specs):
     want = [s.name for s in specs]
     if got != want:
         extra = [n for n in got if n not in want]
-        raise MpconvertError(f"the ONNX graph's inputs are {got}, not the model's {want}"
-                             + (f": {extra} came from tensors the model captures" if extra else ""),
-                             hint="use --export savedmodel")
+        raise MpconvertError(
+            f"the ONNX graph's inputs are {got}, not the model's {want}"
+            + (f": {extra} came from tensors the model captures" if extra else ""),
+            hint="use --export savedmodel",
+        )
 
 
 def check(proto, model):
@@ -101,8 +103,11 @@ def check(proto, model):
     except ValueError:  # protobuf's answer past the limit, as onnx.save expects
         data = None
     if data is None or len(data) > _PROTOBUF_LIMIT:
-        raise MpconvertError("the ONNX model is over the 2 GiB protobuf limit, and tf2onnx's external-data "
-                             "mode does not work with NumPy 2", hint="use --export savedmodel")
+        raise MpconvertError(
+            "the ONNX model is over the 2 GiB protobuf limit, and tf2onnx's external-data "
+            "mode does not work with NumPy 2",
+            hint="use --export savedmodel",
+        )
     try:
         onnx.checker.check_model(data, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:

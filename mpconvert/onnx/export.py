@@ -39,7 +39,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx
 import tensorflow as tf
 from onnx import TensorProto
 
@@ -49,7 +48,6 @@ from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
 from mpconvert.options import DEFAULT_OPSET, check_opset
 from mpconvert.signature import signature_of
 from mpconvert.writing import writing
-
 
 
 @dataclass(frozen=True)
@@ -63,8 +61,9 @@ class OnnxExport:
     repairs: list[str] = field(default_factory=list)
 
 
-def keras_to_onnx(model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *,
-                  opset: int = DEFAULT_OPSET) -> OnnxExport:
+def keras_to_onnx(
+    model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *, opset: int = DEFAULT_OPSET
+) -> OnnxExport:
     """Convert a Keras 3 or tf-keras model to a checked ONNX file at `path`.
 
     Inputs are named after `input_specs` (unnamed ones after the model's
@@ -82,8 +81,10 @@ def keras_to_onnx(model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *
     repairs: list[str] = []
     if tf.bfloat16 in tf_dtypes:
         if patched:
-            repairs.append("converted with tf.bfloat16 mapped to ONNX BFLOAT16 "
-                           "(tf2onnx 1.17 maps it to FLOAT16 and skips optimizing bfloat16 graphs)")
+            repairs.append(
+                "converted with tf.bfloat16 mapped to ONNX BFLOAT16 "
+                "(tf2onnx 1.17 maps it to FLOAT16 and skips optimizing bfloat16 graphs)"
+            )
         # With float16 in the TF graph as well, a FLOAT16 here may be real;
         # nothing tells them apart and the checker reports any clash.
         if tf.float16 not in tf_dtypes:
@@ -127,8 +128,7 @@ def _named_specs(model, input_specs):
         specs.append(tf.TensorSpec(spec.shape, spec.dtype, name=name))
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
-        raise MpconvertError(f"ONNX input names must be unique, got {names}",
-                             hint="give each input spec its own name")
+        raise MpconvertError(f"ONNX input names must be unique, got {names}", hint="give each input spec its own name")
     return specs
 
 
@@ -160,8 +160,10 @@ def _convert(model, specs, output_names, opset):
         concrete = fn.get_concrete_function(*specs)
     except Exception as exc:  # tracing fails on shapes/dtypes the model rejects
         given = ", ".join(f"{s.name}: {s.dtype.name}{s.shape}" for s in specs)
-        raise MpconvertError(f"the model cannot be called on inputs ({given}): {type(exc).__name__}: {exc}",
-                             hint="pass input specs matching the model's inputs") from exc
+        raise MpconvertError(
+            f"the model cannot be called on inputs ({given}): {type(exc).__name__}: {exc}",
+            hint="pass input specs matching the model's inputs",
+        ) from exc
     graph_def = concrete.graph.as_graph_def()
 
     tf2onnx_logger, root = logging.getLogger("tf2onnx"), logging.getLogger()
@@ -181,8 +183,9 @@ def _convert(model, specs, output_names, opset):
             with tf2onnx_knows_bfloat16() as patched, _lean_tf2onnx():
                 proto = _from_concrete_function(concrete, opset)
         except Exception as exc:
-            raise MpconvertError(f"tf2onnx could not convert the model: {type(exc).__name__}: {exc}",
-                                 hint="use --export savedmodel") from exc
+            raise MpconvertError(
+                f"tf2onnx could not convert the model: {type(exc).__name__}: {exc}", hint="use --export savedmodel"
+            ) from exc
         finally:
             root.removeFilter(quiet)
             tf2onnx_logger.setLevel(level)
@@ -238,9 +241,15 @@ def _from_concrete_function(concrete, opset):
         def onnx_graph():
             with tf.Graph().as_default() as tf_graph:
                 tf.import_graph_def(graph_def, name="")
-                return tfonnx.process_tf_graph(tf_graph, continue_on_error=True, opset=opset,
-                                               input_names=input_names, output_names=output_names,
-                                               tensors_to_rename=renames, const_node_values=weights)
+                return tfonnx.process_tf_graph(
+                    tf_graph,
+                    continue_on_error=True,
+                    opset=opset,
+                    input_names=input_names,
+                    output_names=output_names,
+                    tensors_to_rename=renames,
+                    const_node_values=weights,
+                )
 
         # tf2onnx deep-copies the whole graph, weights included, before each
         # of its optimizers so that one that raises can be skipped (12 s of
@@ -327,8 +336,11 @@ def pack_16bit_constants(graph_def):
             continue
         tensor = node.attr["value"].tensor
         # tensor_content last: reading it copies the weight (upb hands out bytes).
-        if tensor.dtype not in (tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum) \
-                or not tensor.half_val or tensor.tensor_content:
+        if (
+            tensor.dtype not in (tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum)
+            or not tensor.half_val
+            or tensor.tensor_content
+        ):
             continue
         size = int(np.prod([d.size for d in tensor.tensor_shape.dim], dtype=np.int64))
         bits = np.array(tensor.half_val, dtype=np.uint16)
@@ -381,10 +393,16 @@ def _register_tf2onnx_handlers():
             def version_13(cls, ctx, node, **kwargs):
                 # opset 13: the first with Erf and Sub for bfloat16.
                 dtype = ctx.get_dtype(node.input[0])
-                one = ctx.make_const(utils.make_name(node.name + "/one"),
-                                     np.array(1, dtype=utils.map_onnx_to_numpy_type(dtype)))
-                erf = ctx.make_node("Erf", [node.input[0]], op_name_scope=node.name,
-                                    shapes=[ctx.get_shape(node.input[0])], dtypes=[dtype])
+                one = ctx.make_const(
+                    utils.make_name(node.name + "/one"), np.array(1, dtype=utils.map_onnx_to_numpy_type(dtype))
+                )
+                erf = ctx.make_node(
+                    "Erf",
+                    [node.input[0]],
+                    op_name_scope=node.name,
+                    shapes=[ctx.get_shape(node.input[0])],
+                    dtypes=[dtype],
+                )
                 ctx.replace_inputs(node, [one.output[0], erf.output[0]])
                 node.type = "Sub"
 
@@ -430,8 +448,10 @@ def tf2onnx_knows_bfloat16():
         from tensorflow.core.framework import types_pb2
         from tf2onnx import tf_utils, utils
 
-        entries = [(tf_utils.TF_TO_ONNX_DTYPE, types_pb2.DT_BFLOAT16, TensorProto.BFLOAT16),
-                   (utils.ONNX_TO_NUMPY_DTYPE, TensorProto.BFLOAT16, ml_dtypes.bfloat16)]
+        entries = [
+            (tf_utils.TF_TO_ONNX_DTYPE, types_pb2.DT_BFLOAT16, TensorProto.BFLOAT16),
+            (utils.ONNX_TO_NUMPY_DTYPE, TensorProto.BFLOAT16, ml_dtypes.bfloat16),
+        ]
     except (ImportError, AttributeError):
         yield False
         return

@@ -30,8 +30,7 @@ def schema(node, opset):
 
 def bound_tensors(node, schema):
     """(tensor name, type string, is_output) for each tensor a node binds."""
-    for names, formals, is_output in ((node.input, schema.inputs, False),
-                                      (node.output, schema.outputs, True)):
+    for names, formals, is_output in ((node.input, schema.inputs, False), (node.output, schema.outputs, True)):
         for i, name in enumerate(names):
             if not name:  # an omitted optional input
                 continue
@@ -82,9 +81,19 @@ def without_weights(proto):
     (shapes, axes) stay.
     """
     g = proto.graph
-    light = onnx.ModelProto(ir_version=proto.ir_version, opset_import=proto.opset_import, functions=proto.functions,
-                            graph=onnx.GraphProto(name=g.name, node=g.node, input=g.input, output=g.output,
-                                                  value_info=g.value_info, sparse_initializer=g.sparse_initializer))
+    light = onnx.ModelProto(
+        ir_version=proto.ir_version,
+        opset_import=proto.opset_import,
+        functions=proto.functions,
+        graph=onnx.GraphProto(
+            name=g.name,
+            node=g.node,
+            input=g.input,
+            output=g.output,
+            value_info=g.value_info,
+            sparse_initializer=g.sparse_initializer,
+        ),
+    )
     inputs = {i.name for i in g.input}
     for init in g.initializer:
         if math.prod(init.dims) <= _WEIGHT_ELEMENTS:  # not ByteSize(): upb serializes to count
@@ -163,13 +172,19 @@ def wrap_in_float32(node, tensors, types, fresh, widened, exit_doc=""):
         if name in outputs:
             wide = fresh(name + "__f32")
             outputs[outputs.index(name)] = wide
-            after.append(helper.make_node("Cast", [wide], [name], to=types[name],
-                                          name=fresh(name + "__from_f32"), doc_string=exit_doc or None))
+            after.append(
+                helper.make_node(
+                    "Cast", [wide], [name], to=types[name], name=fresh(name + "__from_f32"), doc_string=exit_doc or None
+                )
+            )
         if name in inputs:
             if name not in widened:
                 widened[name] = fresh(name + "__as_f32")
-                before.append(helper.make_node("Cast", [name], [widened[name]], to=TensorProto.FLOAT,
-                                               name=fresh(name + "__to_f32")))
+                before.append(
+                    helper.make_node(
+                        "Cast", [name], [widened[name]], to=TensorProto.FLOAT, name=fresh(name + "__to_f32")
+                    )
+                )
             inputs = [widened[name] if n == name else n for n in inputs]
     del node.input[:]
     node.input.extend(inputs)

@@ -23,7 +23,18 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from mpconvert.onnx.graph import (
-    HALF_TYPES, allowed_types, cast_to, graphs, name_factory, opset, prune, rename_uses, schema, tensor_types, wrap_ops)
+    HALF_TYPES,
+    allowed_types,
+    cast_to,
+    graphs,
+    name_factory,
+    opset,
+    prune,
+    rename_uses,
+    schema,
+    tensor_types,
+    wrap_ops,
+)
 
 # Target types that hold every value of the source type exactly.
 _EXACT_WIDENING = {
@@ -49,8 +60,11 @@ def retype_float16_as_bfloat16(proto) -> list[str]:
     for graph in graphs(proto.graph):
         for node in graph.node:
             for attr in node.attribute:
-                if attr.name in ("to", "dtype") and attr.type == onnx.AttributeProto.INT \
-                        and attr.i == TensorProto.FLOAT16:
+                if (
+                    attr.name in ("to", "dtype")
+                    and attr.type == onnx.AttributeProto.INT
+                    and attr.i == TensorProto.FLOAT16
+                ):
                     attr.i = TensorProto.BFLOAT16
                     counts[f"{node.op_type} target"] += 1
                 elif attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == TensorProto.FLOAT16:
@@ -88,10 +102,15 @@ def insert_float32_islands(proto) -> list[str]:
     the zero initial state of every LSTM/GRU loop, bfloat16 only from opset
     20), has that attribute made float32 too (`graph.wrap_in_float32`).
     """
+
     def lacking_bfloat16(node, schema, bound):
-        lacking = {t for _, t, dtype in bound if dtype == TensorProto.BFLOAT16
-                   and "tensor(bfloat16)" not in allowed_types(schema, t)
-                   and "tensor(float)" in allowed_types(schema, t)}
+        lacking = {
+            t
+            for _, t, dtype in bound
+            if dtype == TensorProto.BFLOAT16
+            and "tensor(bfloat16)" not in allowed_types(schema, t)
+            and "tensor(float)" in allowed_types(schema, t)
+        }
         # All tensors bound to one type parameter must change type together.
         return [n for n, t, dtype in bound if t in lacking and dtype == TensorProto.BFLOAT16]
 
@@ -100,8 +119,10 @@ def insert_float32_islands(proto) -> list[str]:
     if not wrapped:
         return []
     ops = ", ".join(f"{n} {op}" for op, n in sorted(wrapped.items()))
-    return [f"computed {ops} in float32 between Casts (no bfloat16 in their opset-{version} schema); "
-            "their weights stay bfloat16"]
+    return [
+        f"computed {ops} in float32 between Casts (no bfloat16 in their opset-{version} schema); "
+        "their weights stay bfloat16"
+    ]
 
 
 def fold_cast_pairs(proto) -> list[str]:
@@ -173,8 +194,11 @@ def unify_input_types(proto) -> list[str]:
                             rewired += 1
                         else:
                             narrowed = fresh(node.input[i] + "__as_16bit")
-                            nodes.append(helper.make_node("Cast", [node.input[i]], [narrowed], to=target,
-                                                          name=fresh(node.name + "__unify")))  # fmt: skip
+                            nodes.append(
+                                helper.make_node(
+                                    "Cast", [node.input[i]], [narrowed], to=target, name=fresh(node.name + "__unify")
+                                )
+                            )
                             node.input[i] = narrowed
                             rounded += 1
                         changed = True
@@ -187,8 +211,10 @@ def unify_input_types(proto) -> list[str]:
     if not rewired and not rounded:
         return []
     prune(proto.graph)
-    return [f"unified mixed input types: {rewired} input(s) read their 16-bit source again instead of a "
-            f"float32 copy, {rounded} cast to 16 bits (tf2onnx casts a bfloat16 pool's input for all its readers)"]
+    return [
+        f"unified mixed input types: {rewired} input(s) read their 16-bit source again instead of a "
+        f"float32 copy, {rounded} cast to 16 bits (tf2onnx casts a bfloat16 pool's input for all its readers)"
+    ]
 
 
 def _mixed_inputs(node, node_schema, types) -> list[tuple[int, int]]:

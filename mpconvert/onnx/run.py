@@ -66,17 +66,27 @@ def cuda_usable() -> bool:
 
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return False
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "probe",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    probe = ("import sys, onnxruntime as ort\n"
-             "s = ort.InferenceSession(sys.stdin.buffer.read(),"
-             " providers=['CUDAExecutionProvider', 'CPUExecutionProvider'])\n"
-             "print(s.get_providers()[0])\n")
+    probe = (
+        "import sys, onnxruntime as ort\n"
+        "s = ort.InferenceSession(sys.stdin.buffer.read(),"
+        " providers=['CUDAExecutionProvider', 'CPUExecutionProvider'])\n"
+        "print(s.get_providers()[0])\n"
+    )
     try:
-        result = subprocess.run([sys.executable, "-c", probe], input=model.SerializeToString(),
-                                capture_output=True, timeout=300, check=False)
+        result = subprocess.run(
+            [sys.executable, "-c", probe],
+            input=model.SerializeToString(),
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return result.returncode == 0 and result.stdout.decode().strip().endswith("CUDAExecutionProvider")
@@ -105,8 +115,10 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
         raise MpconvertError(f"cannot read ONNX file {path}: {exc}") from exc
     expected = fed_inputs(proto)
     if sorted(feeds) != sorted(expected):
-        raise MpconvertError(f"ONNX inputs are {expected}, but data was given for {sorted(feeds)}",
-                             hint="name the sample data after the model's inputs")
+        raise MpconvertError(
+            f"ONNX inputs are {expected}, but data was given for {sorted(feeds)}",
+            hint="name the sample data after the model's inputs",
+        )
 
     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda_usable() else ["CPUExecutionProvider"]
     options = ort.SessionOptions()
@@ -154,7 +166,8 @@ def _check_declared(proto, outputs):
                 f"graph declares {np.dtype(want)}{['?' if d is None else d for d in dims]} (onnx.reference "
                 "is known to mis-stack Loop outputs, as of RNN layers)",
                 hint="check the file with ONNX Runtime on a machine with the needed kernels (a GPU), "
-                     "or use --export savedmodel")
+                "or use --export savedmodel",
+            )
 
 
 def promote_16bit_ops(proto):
@@ -167,6 +180,7 @@ def promote_16bit_ops(proto):
     lacks 16-bit kernels, not for writing: the file would grow a Cast pair
     per op. Returns (copy, sorted op types promoted).
     """
+
     def on_16bit(node, schema, bound):
         half = [(n, t) for n, t, dtype in bound if dtype in HALF_TYPES]
         if all("tensor(float)" in allowed_types(schema, t) for _, t in half):

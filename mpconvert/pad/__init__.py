@@ -37,6 +37,14 @@ from .plan import PadPlan, plan_padding
 from .proof import TOLERANCE_FLOAT32, Padding, pad
 
 __all__ = [
-    "Layer", "LayerGraph", "PadPlan", "Padding", "TOLERANCE_FLOAT32",
-    "apply_padding", "describe", "pad", "plan_model_padding", "plan_padding",
-]  # fmt: skip
+    "Layer",
+    "LayerGraph",
+    "PadPlan",
+    "Padding",
+    "TOLERANCE_FLOAT32",
+    "apply_padding",
+    "describe",
+    "pad",
+    "plan_model_padding",
+    "plan_padding",
+]

@@ -26,8 +26,10 @@ def _block(kind: str, base: str, shape: Shape, width: int, new_width: int, sourc
     """
     spatial = tuple(shape[1:-1])
     extra = (new_width - width) if kind == "pad" else (width - new_width)
-    edit = {"class_name": "ZeroPadding1D" if kind == "pad" else "Cropping1D",
-            "config": {("padding" if kind == "pad" else "cropping"): [0, extra]}}  # fmt: skip
+    edit = {
+        "class_name": "ZeroPadding1D" if kind == "pad" else "Cropping1D",
+        "config": {("padding" if kind == "pad" else "cropping"): [0, extra]},
+    }
     if not spatial:
         steps = [
             {"class_name": "Reshape", "config": {"target_shape": [width, 1]}},

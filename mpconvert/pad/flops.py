@@ -8,7 +8,7 @@ tensor shapes), none from a live layer.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from .graph import Layer, LayerGraph
 
@@ -43,9 +43,11 @@ MACS: dict[str, Macs] = {
     **dict.fromkeys(GATES, _recurrent_macs),
     "DepthwiseConv2D": lambda layer, c_in, c_out, positions: _kernel_volume(layer) * c_in * positions,
     **dict.fromkeys(("SeparableConv1D", "SeparableConv2D"), _separable_macs),
-    **dict.fromkeys(("Conv1D", "Conv2D", "Conv3D"),
-                    lambda layer, c_in, c_out, positions: _kernel_volume(layer) * c_in * c_out * positions),
-}  # fmt: skip
+    **dict.fromkeys(
+        ("Conv1D", "Conv2D", "Conv3D"),
+        lambda layer, c_in, c_out, positions: _kernel_volume(layer) * c_in * c_out * positions,
+    ),
+}
 
 
 def flops(graph: LayerGraph, widths: dict[str, int], in_widths: dict[str, int]) -> int:

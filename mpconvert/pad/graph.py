@@ -8,13 +8,13 @@ so a test can write one by hand and plan without TensorFlow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 from ..configs import tensor_refs
 
 Shape = tuple  # of int | None, None for an unknown dimension (the batch)
-Shapes = tuple[Optional[Shape], Optional[Shape]]  # (first input, first output)
+Shapes = tuple[Shape | None, Shape | None]  # (first input, first output)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class LayerGraph:
     outputs: tuple[str, ...]  # the layers whose tensors are model outputs
 
     @classmethod
-    def from_config(cls, config: dict, shapes: Mapping[str, Shapes]) -> "LayerGraph":
+    def from_config(cls, config: dict, shapes: Mapping[str, Shapes]) -> LayerGraph:
         """`config`: a Functional config in either framework's format; `shapes`: layer -> (input, output) shape."""
         layers = {}
         for entry in config["layers"]:
@@ -46,8 +46,9 @@ class LayerGraph:
             nodes = entry.get("inbound_nodes", [])
             in_shape, out_shape = shapes.get(name, (None, None))
             sources = tuple(ref[0] for ref in tensor_refs(nodes))
-            layers[name] = Layer(name, entry["class_name"], entry["config"], sources, len(nodes),
-                                 _tuple(in_shape), _tuple(out_shape))  # fmt: skip
+            layers[name] = Layer(
+                name, entry["class_name"], entry["config"], sources, len(nodes), _tuple(in_shape), _tuple(out_shape)
+            )
         return cls(layers, tuple(ref[0] for ref in tensor_refs(config.get("output_layers", []))))
 
     def consumers(self, name: str) -> list[str]:

@@ -15,8 +15,8 @@ No TensorFlow and no live layer here. `plan_padding` takes three steps:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..options import PadOptions
 from .flops import GATES, flops
@@ -25,17 +25,52 @@ from .graph import Layer, LayerGraph, Spaces
 # Layers that act on each channel separately and have no weights: padded
 # channels pass straight through them.
 PER_CHANNEL = {
-    "Activation", "ReLU", "LeakyReLU", "ELU", "Dropout", "SpatialDropout1D", "SpatialDropout2D",
-    "SpatialDropout3D", "GaussianNoise", "GaussianDropout", "AlphaDropout", "ActivityRegularization",
-    "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "AveragePooling1D", "AveragePooling2D", "AveragePooling3D",
-    "GlobalAveragePooling1D", "GlobalAveragePooling2D", "GlobalAveragePooling3D", "GlobalMaxPooling1D",
-    "GlobalMaxPooling2D", "GlobalMaxPooling3D", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D",
-    "Cropping1D", "Cropping2D", "Cropping3D", "UpSampling1D", "UpSampling2D", "UpSampling3D", "Identity",
-}  # fmt: skip
+    "Activation",
+    "ReLU",
+    "LeakyReLU",
+    "ELU",
+    "Dropout",
+    "SpatialDropout1D",
+    "SpatialDropout2D",
+    "SpatialDropout3D",
+    "GaussianNoise",
+    "GaussianDropout",
+    "AlphaDropout",
+    "ActivityRegularization",
+    "MaxPooling1D",
+    "MaxPooling2D",
+    "MaxPooling3D",
+    "AveragePooling1D",
+    "AveragePooling2D",
+    "AveragePooling3D",
+    "GlobalAveragePooling1D",
+    "GlobalAveragePooling2D",
+    "GlobalAveragePooling3D",
+    "GlobalMaxPooling1D",
+    "GlobalMaxPooling2D",
+    "GlobalMaxPooling3D",
+    "ZeroPadding1D",
+    "ZeroPadding2D",
+    "ZeroPadding3D",
+    "Cropping1D",
+    "Cropping2D",
+    "Cropping3D",
+    "UpSampling1D",
+    "UpSampling2D",
+    "UpSampling3D",
+    "Identity",
+}
 # Elementwise joins: all inputs and the output share one channel space.
 MERGES = {"Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum"}
-PRODUCERS = {"Dense": "units", "Conv1D": "filters", "Conv2D": "filters", "Conv3D": "filters",
-             "SeparableConv1D": "filters", "SeparableConv2D": "filters", "Embedding": "output_dim"}  # fmt: skip
+PRODUCERS = {
+    "Dense": "units",
+    "Conv1D": "filters",
+    "Conv2D": "filters",
+    "Conv3D": "filters",
+    "SeparableConv1D": "filters",
+    "SeparableConv2D": "filters",
+    "Embedding": "output_dim",
+}
 RECURRENT = frozenset(GATES)  # the recurrent layers whose cost mpconvert knows
 SOFTMAXES = ("softmax", "log_softmax")
 NORMALIZING = {"LayerNormalization", "GroupNormalization", "UnitNormalization", "RMSNormalization"}
@@ -100,23 +135,31 @@ def _input(layer: Layer, ch: Channels) -> None:
     if dtype.startswith("float") and shape and shape[-1]:
         ch.producers[layer.name] = ("features", shape[-1])
         if len(shape) > 2:
-            ch.spaces.block(layer.name, "image/sequence input channels: cuDNN pads these itself, and padding "
-                                        "them here would reshape the whole input")  # fmt: skip
+            ch.spaces.block(
+                layer.name,
+                "image/sequence input channels: cuDNN pads these itself, and padding "
+                "them here would reshape the whole input",
+            )
     else:
         ch.spaces.block(layer.name, "not a float input")
 
 
 def _called_more_than_once(layer: Layer, ch: Channels) -> None:
     cls, name = layer.class_name, layer.name
-    _block_around(layer, ch, f"feeds {cls} {name!r}, which is called more than once",
-                  f"produced by {cls} {name!r}, which is called more than once")  # fmt: skip
+    _block_around(
+        layer,
+        ch,
+        f"feeds {cls} {name!r}, which is called more than once",
+        f"produced by {cls} {name!r}, which is called more than once",
+    )
 
 
 def _producer(layer: Layer, ch: Channels) -> None:
     cls, name, cfg = layer.class_name, layer.name, layer.config
     if cls.startswith("Conv") and (cfg.get("groups", 1) != 1 or cfg.get("data_format") == "channels_first"):
-        _block_around(layer, ch, f"feeds grouped or channels_first {cls} {name!r}",
-                      f"{cls} {name!r} is grouped or channels_first")  # fmt: skip
+        _block_around(
+            layer, ch, f"feeds grouped or channels_first {cls} {name!r}", f"{cls} {name!r} is grouped or channels_first"
+        )
         return
     ch.producers[name] = (PRODUCERS[cls], cfg.get(PRODUCERS[cls]))
     if cls == "Embedding":

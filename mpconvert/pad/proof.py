@@ -47,7 +47,9 @@ def _float32_twin(model: Any, framework: Framework) -> Any:
     return framework.rebuild(model, config)
 
 
-def pad(model: Any, framework: Framework, options: PadOptions, inputs: list[np.ndarray], precision: Precision) -> Padding:
+def pad(
+    model: Any, framework: Framework, options: PadOptions, inputs: list[np.ndarray], precision: Precision
+) -> Padding:
     """Pad `model` where it is safe and cheap, and prove the function unchanged."""
     functional = as_functional(model, framework)
     plan = plan_model_padding(functional, framework, options)

@@ -31,7 +31,7 @@ LOADER_NAMES = {"keras": "Keras 3", "tf_keras": "tf-keras"}
 
 
 def describe_source(source: dict) -> str:
-    """"model.keras (.keras file, Keras 3)": what was converted, and by which Keras."""
+    """ "model.keras (.keras file, Keras 3)": what was converted, and by which Keras."""
     what = source.get("path") or f"model {source.get('name', '?')!r}"
     kind = FORMAT_NAMES.get(source["format"], source["format"])
     return f"{what} ({kind}, {LOADER_NAMES.get(source['loader'], source['loader'])})"
@@ -71,8 +71,10 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
         console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
     fidelity = report.get("fidelity")
     if fidelity:
-        console.print(f"  rebuild: the float32 rebuild reproduces the original (max |diff| "
-                      f"{fidelity['max_abs_diff']:.3g} <= {fidelity['limit']:.3g} on {fidelity['rows']} rows)")
+        console.print(
+            f"  rebuild: the float32 rebuild reproduces the original (max |diff| "
+            f"{fidelity['max_abs_diff']:.3g} <= {fidelity['limit']:.3g} on {fidelity['rows']} rows)"
+        )
     _render_auto_keep(console, report.get("auto_keep") or {})
     if report["finetune"]:
         _render_finetune(console, report["finetune"])
@@ -90,13 +92,18 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
             table.add_column(column)
         for art in report["artifacts"]:
             if art.get("failed"):  # the reason is in its parity check below
-                table.add_row(art["kind"], NOT_WRITTEN, "-", "[bold red]failed[/]",
-                              format_number(limits.get(art["kind"]), 6), "-")  # fmt: skip
+                table.add_row(
+                    art["kind"], NOT_WRITTEN, "-", "[bold red]failed[/]", format_number(limits.get(art["kind"]), 6), "-"
+                )
                 continue
             table.add_row(
-                art["kind"], art["path"], format_bytes(art["bytes"]), format_number(art["max_abs_diff"], 6),
-                format_number(limits.get(art["kind"]), 6), art["runtime"],
-            )  # fmt: skip
+                art["kind"],
+                art["path"],
+                format_bytes(art["bytes"]),
+                format_number(art["max_abs_diff"], 6),
+                format_number(limits.get(art["kind"]), 6),
+                art["runtime"],
+            )
         console.print(table)
         for art in report["artifacts"]:
             emulated = art["details"].get("emulated_16bit_ops")
@@ -151,16 +158,20 @@ _SEARCH_OUTCOMES = {
 def _render_auto_keep(console: Console, auto: dict) -> None:
     lint, search = auto.get("lint"), auto.get("search")
     if lint and lint["findings"]:
-        console.print(f"  numeric lint on {lint['rows']} rows: {len(lint['findings'])} finding(s); "
-                      f"kept float32: {', '.join(lint['kept'])}")  # fmt: skip
+        console.print(
+            f"  numeric lint on {lint['rows']} rows: {len(lint['findings'])} finding(s); "
+            f"kept float32: {', '.join(lint['kept'])}"
+        )
     if search:
         kept = ", ".join(search["kept"]) or "nothing"
-        console.print(f"  search: {search['trials']} trials in {search['seconds']:.1f} s, kept {kept}: "
-                      f"{_SEARCH_OUTCOMES.get(search['outcome'], search['outcome'])}")  # fmt: skip
+        console.print(
+            f"  search: {search['trials']} trials in {search['seconds']:.1f} s, kept {kept}: "
+            f"{_SEARCH_OUTCOMES.get(search['outcome'], search['outcome'])}"
+        )
 
 
 def speed_line(report: dict) -> str | None:
-    """"speed (CPU, batch 256): savedmodel 1.62x, keras 1.58x faster than float32; activations 0.50x (computed)".
+    """ "speed (CPU, batch 256): savedmodel 1.62x, keras 1.58x faster than float32; activations 0.50x (computed)".
 
     Speed ratios are float32 time / converted time (above 1 is faster), the
     activation memory's converted / float32 (below 1 is smaller). None for a
@@ -205,7 +216,9 @@ def _render_finetune(console: Console, f: dict) -> None:
 
 def _render_validation(console: Console, v: dict) -> None:
     if v["metric"] is None:
-        console.print(f"  [yellow]accuracy not measured[/]: no --data given; output drift on {v['rows']} generated inputs")
+        console.print(
+            f"  [yellow]accuracy not measured[/]: no --data given; output drift on {v['rows']} generated inputs"
+        )
     else:
         before, after = format_number(v["reference"]), format_number(v["converted"])
         console.print(f"  {v['metric']} on {v['rows']} samples: {before} -> {after}")
@@ -220,13 +233,15 @@ def _render_validation(console: Console, v: dict) -> None:
 
 
 def _harm(v: dict, digits: int) -> str | None:
-    """"3 harmed, 8 fixed: kept 99.3% of the 440 rows the float32 model got
+    """ "3 harmed, 8 fixed: kept 99.3% of the 440 rows the float32 model got
     right" (what the agreement check judges with labels), or None without."""
     if v.get("harmed") is None:
         return None
     text = f"{v['harmed']} harmed, {v['fixed']} fixed"
     if v.get("kept_correct") is not None:
-        text += f": kept {v['kept_correct']:.{digits}%} of the {v['kept_correct_rows']} rows the float32 model got right"
+        text += (
+            f": kept {v['kept_correct']:.{digits}%} of the {v['kept_correct_rows']} rows the float32 model got right"
+        )
     return text
 
 
@@ -250,8 +265,9 @@ def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
         console.print(table)
     if padding is None:
         return
-    table = Table(title=f"Tensor-Core padding to multiples of {padding.multiple} "
-                        f"(+{padding.flops_overhead:.1%} multiply-adds)")  # fmt: skip
+    table = Table(
+        title=f"Tensor-Core padding to multiples of {padding.multiple} (+{padding.flops_overhead:.1%} multiply-adds)"
+    )
     for column in ("layer", "dimension", "now", "padded to", "or not, because"):
         table.add_column(column, no_wrap=True)
     for d in padding.padded:
@@ -280,8 +296,13 @@ class _Live:
     def columns(self) -> list:
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-        return [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[detail]}"), TimeElapsedColumn()]  # fmt: skip
+        return [
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+        ]
 
     def __enter__(self):
         if self.live:
@@ -391,9 +412,12 @@ def markdown(report: dict) -> str:
             _row("metric", "float32", policy, "drop", "budget"),
             "| --- | ---: | ---: | ---: | ---: |",
             _row(
-                f"{v['metric']} ({v['rows']} samples)", format_number(v["reference"]), format_number(v["converted"]),
-                format_number(v["drop"]), format_number(thresholds["max_drop"]),
-            ),  # fmt: skip
+                f"{v['metric']} ({v['rows']} samples)",
+                format_number(v["reference"]),
+                format_number(v["converted"]),
+                format_number(v["drop"]),
+                format_number(thresholds["max_drop"]),
+            ),
             "",
         ]
     facts = []
@@ -414,12 +438,17 @@ def markdown(report: dict) -> str:
         facts.append(speed[0].upper() + speed[1:] + ".")
     baseline = thresholds.get("baseline")
     if baseline:
-        facts.append(f"Baseline: {baseline['metric']} {format_number(baseline['converted'])} from `{baseline['path']}`.")
+        facts.append(
+            f"Baseline: {baseline['metric']} {format_number(baseline['converted'])} from `{baseline['path']}`."
+        )
     if facts:
         lines += [" ".join(facts), ""]
     if report["artifacts"]:
         limits = parity_limits(gate)
-        lines += [_row("artifact", "size", "max abs diff", "limit", "checked with"), "| --- | ---: | ---: | ---: | --- |"]
+        lines += [
+            _row("artifact", "size", "max abs diff", "limit", "checked with"),
+            "| --- | ---: | ---: | ---: | --- |",
+        ]
         for art in report["artifacts"]:
             diff = "NaN/inf" if art["max_abs_diff"] is None else f"{art['max_abs_diff']:.3g}"
             limit = limits.get(art["kind"])
@@ -429,7 +458,7 @@ def markdown(report: dict) -> str:
                 continue
             lines.append(
                 _row(f"{art['kind']} (`{art['path']}`)", format_bytes(art["bytes"]), diff, limit, art["runtime"])
-            )  # fmt: skip
+            )
         lines.append("")
     lines += [_row("check", "result", "details"), "| --- | --- | --- |"]
     for check in gate["checks"]:

@@ -10,13 +10,16 @@ from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
 from rich.markup import escape
 from rich.table import Table
 
-from . import _Live, _cell, _console, _row, format_number
-
+from . import _cell, _console, _Live, _row, format_number
 
 # --- batches ------------------------------------------------------------------
 
-_STATUS_MARK = {"passed": "[green]passed[/]", "gate_failed": "[bold red]gate failed[/]",
-                "error": "[bold red]error[/]", "timed_out": "[bold red]timed out[/]"}  # fmt: skip
+_STATUS_MARK = {
+    "passed": "[green]passed[/]",
+    "gate_failed": "[bold red]gate failed[/]",
+    "error": "[bold red]error[/]",
+    "timed_out": "[bold red]timed out[/]",
+}
 
 
 def _share(value: float | None) -> str:
@@ -30,10 +33,16 @@ def _ratio(value: float | None) -> str:
 def _batch_row(m: dict) -> list[str]:
     drop = "n/a" if m["drop"] is None else f"{m['drop']:+.4f}"
     return [
-        m["name"], m["policy"], m["status"] + (" (reused)" if m["reused"] else ""),
-        f"{format_number(m['before'])} -> {format_number(m['after'])}", drop, _share(m["kept_float32_share"]),
-        _ratio(m["onnx_vs_float32"]), _ratio(m["step_time_ratio"]), f"{m['seconds']:.1f}",
-    ]  # fmt: skip
+        m["name"],
+        m["policy"],
+        m["status"] + (" (reused)" if m["reused"] else ""),
+        f"{format_number(m['before'])} -> {format_number(m['after'])}",
+        drop,
+        _share(m["kept_float32_share"]),
+        _ratio(m["onnx_vs_float32"]),
+        _ratio(m["step_time_ratio"]),
+        f"{m['seconds']:.1f}",
+    ]
 
 
 _BATCH_COLUMNS = ("model", "policy", "status", "metric", "drop", "kept fp32", "onnx/fp32", "step time", "s")

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from . import _console
 
-
 # --- the doctor -----------------------------------------------------------------
 
 
