@@ -13,15 +13,9 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest
-from click.testing import CliRunner
-
-from mpconvert.cli import cli
+from conftest import invoke
 
 HARM_KEYS = ("harmed", "fixed", "kept_correct", "kept_correct_rows")
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import keras
@@ -20,9 +19,8 @@ import pytest
 import tensorflow as tf
 import tf_keras
 import tiny_models
-from click.testing import CliRunner
+from conftest import console_script, invoke
 
-from mpconvert.cli import cli
 from mpconvert.errors import MpconvertError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,10 +58,6 @@ def digest(path: Path) -> str:
         if p.is_file():
             h.update(p.read_bytes())
     return h.hexdigest()
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def leftovers(out: Path) -> list[str]:
@@ -415,6 +409,11 @@ def test_multi_input_data_converts(tmp_path, two_inputs):
     )
     result = invoke(two_inputs, *FAST, "--out", tmp_path / "out", "--data", data, "--max-drop", "1")
     assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    # Both inputs were read by name and scored on the 10 labelled rows.
+    assert [spec["name"] for spec in report["source"]["inputs"]] == ["left", "right"]
+    assert report["validation"]["data"] == "npz" and report["validation"]["rows"] == 10
+    assert report["validation"]["metric"] == "accuracy"
 
 
 # --- layers that cannot be converted ----------------------------------------
@@ -577,20 +576,10 @@ def test_usage_errors_exit_2(tmp_path, args):
 TF_NOISE = ("I0000", "W0000", "E0000", "absl", "cudart", "oneDNN", "Traceback")
 
 
-def entry_point() -> str:
-    script = Path(sys.executable).parent / "mpconvert"
-    if script.is_file():
-        return str(script)
-    found = shutil.which("mpconvert")
-    if found is None:
-        pytest.skip("the mpconvert console script is not installed")
-    return found
-
-
 def run_cli(*args, timeout=120):
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     # main() must quiet TensorFlow by itself, not rely on the caller's env.
-    return subprocess.run([entry_point(), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([console_script(), *map(str, args)], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def test_entry_point_missing_model_is_one_clean_message(tmp_path):

@@ -14,11 +14,8 @@ import pytest
 import tensorflow as tf
 import tf_keras
 import tiny_models
-from click.testing import CliRunner
-from conftest import SAMPLES
+from conftest import SAMPLES, invoke
 from onnx_graph import weight_initializers
-
-from mpconvert.cli import cli
 
 DIGITS = SAMPLES / "data" / "digits.npz"
 CANCER = SAMPLES / "data" / "breast_cancer.npz"
@@ -30,11 +27,6 @@ CASES = {
 # Largest |artifact - converted Keras model| we accept: float16 keeps about
 # 3-4 significant digits, bfloat16 about 2-3, on probabilities in [0, 1].
 PARITY = {"mixed_float16": 5e-3, "mixed_bfloat16": 3e-2}
-
-
-def run(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    return result
 
 
 def tree_hash(path):
@@ -55,7 +47,7 @@ def converted(tmp_path_factory):
         before = tree_hash(model)
         for policy in ("mixed_float16", "mixed_bfloat16"):
             out = base / f"{name}_{policy}"
-            result = run(model, "--policy", policy, "--data", data, "--out", out)
+            result = invoke(model, "--policy", policy, "--data", data, "--out", out)
             report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else None
             results[name, policy] = (result, out, report)
         assert tree_hash(model) == before, f"{model} was modified"
@@ -177,7 +169,7 @@ def test_report_layers_match_the_converted_model(converted, name):
 def test_default_output_folder_is_a_sibling_named_after_model_and_policy(tmp_path):
     model = tmp_path / "cancer_mlp.keras"
     shutil.copy(CASES["cancer_mlp"][0], model)
-    result = run(model, "--policy", "mixed_bfloat16", "--data", CANCER, "--export", "savedmodel")
+    result = invoke(model, "--policy", "mixed_bfloat16", "--data", CANCER, "--export", "savedmodel")
     assert result.exit_code == 0, result.output
     out = tmp_path / "cancer_mlp_mixed_bfloat16"
     assert (out / "report.json").is_file() and (out / "savedmodel" / "saved_model.pb").is_file()
@@ -186,7 +178,7 @@ def test_default_output_folder_is_a_sibling_named_after_model_and_policy(tmp_pat
 
 def test_without_data_the_summary_says_accuracy_was_not_measured(tmp_path):
     out = tmp_path / "out"
-    result = run(CASES["digits_cnn"][0], "--policy", "mixed_float16", "--out", out, "--export", "savedmodel")
+    result = invoke(CASES["digits_cnn"][0], "--policy", "mixed_float16", "--out", out, "--export", "savedmodel")
     assert result.exit_code == 0
     assert "accuracy not measured" in result.output
     v = json.loads((out / "report.json").read_text())["validation"]
@@ -210,7 +202,7 @@ def test_float16_overflow_fails_the_gate_with_exit_3_and_still_writes_artifacts(
     model, data = overflow_model
     out = tmp_path / "out"
     # --auto-keep off: the behaviour before the lint, which keeps this model's layers float32.
-    result = run(
+    result = invoke(
         model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel", "--auto-keep", "off"
     )
     assert result.exit_code == 3, result.output
@@ -225,14 +217,21 @@ def test_float16_overflow_fails_the_gate_with_exit_3_and_still_writes_artifacts(
 
 def test_bfloat16_keeps_float32_range_on_the_same_model(overflow_model, tmp_path):
     model, data = overflow_model
-    result = run(model, "--policy", "mixed_bfloat16", "--data", data, "--out", tmp_path / "o", "--export", "savedmodel")
+    out = tmp_path / "o"
+    result = invoke(model, "--policy", "mixed_bfloat16", "--data", data, "--out", out, "--export", "savedmodel")
     assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    v = report["validation"]
+    # bfloat16 holds the hidden layer's ~1e5 values: no NaN, the labels (the float32 model's own
+    # predictions) still scored, and the overflowing layer itself converted, not kept float32.
+    assert v["nonfinite_outputs"] == 0 and v["reference"] == 1.0 and v["drop"] <= 0.01
+    assert {layer["name"]: layer["policy"] for layer in report["layers"]}["hidden"] == "mixed_bfloat16"
 
 
 def test_inspect_prints_the_plan_and_writes_nothing(tmp_path):
     model = tmp_path / "digits_cnn.keras"
     shutil.copy(CASES["digits_cnn"][0], model)
-    result = run("inspect", model, "--policy", "mixed_bfloat16", "--keep-float32", "conv1")
+    result = invoke("inspect", model, "--policy", "mixed_bfloat16", "--keep-float32", "conv1")
     assert result.exit_code == 0, result.output
     for expected in ("conv2", "mixed_bfloat16", "predictions_linear", "--keep-float32 'conv1'", "model output"):
         assert expected in result.output
@@ -246,7 +245,7 @@ def test_h5_written_by_tf_keras_2_is_converted_in_tf_keras(tmp_path):
     with pytest.raises(Exception, match="time_major"):
         keras.models.load_model(path)
     out = tmp_path / "out"
-    result = run(path, "--policy", "mixed_float16", "--out", out, "--export", "savedmodel")
+    result = invoke(path, "--policy", "mixed_float16", "--out", out, "--export", "savedmodel")
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert (report["source"]["format"], report["source"]["loader"]) == ("h5", "tf_keras")
@@ -259,7 +258,7 @@ def test_h5_written_by_keras_3_is_converted_in_keras_3(tmp_path):
     path = tmp_path / "mlp.h5"
     tiny_models.mlp(keras).save(path)
     out = tmp_path / "out"
-    result = run(path, "--policy", "mixed_bfloat16", "--out", out, "--export", "savedmodel")
+    result = invoke(path, "--policy", "mixed_bfloat16", "--out", out, "--export", "savedmodel")
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert (report["source"]["format"], report["source"]["loader"]) == ("h5", "keras")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import console_script
 
 from mpconvert import data
 from mpconvert.data import Task, load_npz
@@ -212,13 +213,6 @@ def test_object_member_is_refused_without_unpickling(tmp_path):
 # --- end to end, through the installed console script ----------------------------
 
 
-def entry_point() -> str:
-    script = Path(sys.executable).parent / "mpconvert"
-    if not script.is_file():
-        pytest.skip("the mpconvert console script is not installed")
-    return str(script)
-
-
 def test_cli_refuses_a_lying_header_with_one_clean_message(tmp_path):
     arrays = valid_arrays()
     del arrays["x"]
@@ -226,7 +220,7 @@ def test_cli_refuses_a_lying_header_with_one_clean_message(tmp_path):
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     proc = subprocess.run(
-        [entry_point(), str(DIGITS_CNN), *FAST, "--data", str(path), "--out", str(out)],
+        [console_script(), str(DIGITS_CNN), *FAST, "--data", str(path), "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 import shapes
 import tf_keras
-from click.testing import CliRunner
+from conftest import invoke
 
 import mpconvert
-from mpconvert.cli import cli
 from mpconvert.context import Context
 from mpconvert.data import EvalData, Split
 from mpconvert.errors import MpconvertError
@@ -36,10 +35,6 @@ from mpconvert.trace import trace
 POLICIES = ("mixed_float16", "mixed_bfloat16")
 FRAMEWORKS = {"keras": (keras, KERAS3), "tf_keras": (tf_keras, TF_KERAS)}
 QUICK = {"speed": False, "finetune_steps": 0}
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def one_error(result) -> str:

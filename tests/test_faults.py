@@ -14,19 +14,14 @@ import keras
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
+from conftest import console_script, invoke
 from onnx import TensorProto, helper
 
-from mpconvert.cli import cli
 from mpconvert.errors import MpconvertError
 from mpconvert.onnx.repairs import unify_input_types
 from mpconvert.outdir import claimed_output, claimed_root
 
 FAST = ["--policy", "mixed_bfloat16", "--finetune-steps", "0", "--no-speed"]
-
-
-def script() -> str:
-    return str(Path(sys.executable).parent / "mpconvert")
 
 
 def small_model(path: Path, units: int = 256) -> Path:
@@ -55,7 +50,7 @@ def tiny_filesystem(tmp_path):
 def test_a_full_disk_exits_1_naming_the_path_and_the_room_needed(tmp_path, tiny_filesystem, export):
     model = small_model(tmp_path / "small.keras", units=1024)  # 70k weights: 140 KB in 16 bits
     out = tiny_filesystem / "out"
-    result = CliRunner().invoke(cli, [str(model), *FAST, "--export", export, "--out", str(out)])
+    result = invoke(model, *FAST, "--export", export, "--out", out)
     assert result.exit_code == 1, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 2 and lines[0].startswith("error: cannot write the "), result.output
@@ -97,7 +92,7 @@ def _wait_for(condition, what: str, timeout: float = 120.0) -> None:
 def test_a_second_batch_of_a_running_root_is_refused_and_the_first_is_unaffected(tmp_path, manifest):
     root = tmp_path / "root"
     first = subprocess.Popen(
-        [script(), "batch", str(manifest), "--out", str(root), "--jobs", "1", "--quiet"],
+        [console_script(), "batch", str(manifest), "--out", str(root), "--jobs", "1", "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -107,7 +102,7 @@ def test_a_second_batch_of_a_running_root_is_refused_and_the_first_is_unaffected
         _wait_for(lambda: lock.is_file() and lock.read_text().strip() == str(first.pid), "the first batch's claim")
         for extra in ([], ["--resume"], ["--force"]):
             second = subprocess.run(
-                [script(), "batch", str(manifest), "--out", str(root), *extra],
+                [console_script(), "batch", str(manifest), "--out", str(root), *extra],
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -115,7 +110,7 @@ def test_a_second_batch_of_a_running_root_is_refused_and_the_first_is_unaffected
             assert second.returncode == 1, second.stderr
             assert f"output root {root} is in use by another mpconvert batch (pid {first.pid})" in second.stderr
         shard = subprocess.run(
-            [script(), "batch", str(manifest), "--out", str(root), "--shard", "1/2"],
+            [console_script(), "batch", str(manifest), "--out", str(root), "--shard", "1/2"],
             capture_output=True,
             text=True,
             timeout=120,

@@ -11,18 +11,13 @@ import math
 import keras
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from conftest import invoke
 
-from mpconvert.cli import cli
 from mpconvert.frameworks import KERAS3
 from mpconvert.lint import computes_in_float32, lint
 from mpconvert.precision import Precision
 
 FAST = ["--export", "savedmodel", "--finetune-steps", "0", "--pad-multiple", "0"]
-
-
-def invoke(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 def overflow_in_the_middle(seed=0):

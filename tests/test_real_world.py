@@ -18,11 +18,10 @@ import json
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
+from conftest import invoke
 from onnx import TensorProto, helper
-from test_pad_plan import Net
+from pad_nets import Net
 
-from mpconvert.cli import cli
 from mpconvert.errors import MpconvertError
 from mpconvert.gate import _padding
 from mpconvert.onnx.repairs import insert_float32_islands
@@ -30,13 +29,6 @@ from mpconvert.options import PadOptions
 from mpconvert.pad import plan_padding
 
 VOCAB, STEPS = 40, 10
-
-
-def run(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args])
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
 
 
 def report_of(out):
@@ -97,7 +89,7 @@ def test_text_classifier_converts(text_models, tmp_path, which, policy):
     out = tmp_path / "out"
     # ONNX only: a tf-keras SavedModel of an LSTM takes 27 s to write here;
     # the forced-failure test below writes one.
-    result = run(path, "--policy", policy, "--data", data, "--out", out, "--export", "onnx")
+    result = invoke(path, "--policy", policy, "--data", data, "--out", out, "--export", "onnx")
     assert result.exit_code == 0, result.output
     report = report_of(out)
     assert report["validation"]["metric"] == "accuracy" and report["validation"]["reference"] > 0.8
@@ -233,7 +225,7 @@ def two_unit_sigmoid(tmp_path_factory):
 def test_class_ids_on_a_two_unit_sigmoid_are_scored_by_argmax(two_unit_sigmoid, tmp_path):
     path, data, float32_scores, labels = two_unit_sigmoid
     out = tmp_path / "out"
-    result = run(
+    result = invoke(
         path,
         "--policy",
         "mixed_bfloat16",
@@ -301,7 +293,7 @@ def autoencoder(tmp_path_factory):
 def test_an_autoencoder_with_a_sigmoid_output_is_scored_by_mse(autoencoder, tmp_path, metric):
     path, data, mse = autoencoder
     out = tmp_path / "out"
-    result = run(path, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel", *metric)
+    result = invoke(path, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel", *metric)
     assert result.exit_code == 0, result.output
     report = report_of(out)
     v = report["validation"]
@@ -315,7 +307,9 @@ def test_an_autoencoder_with_a_sigmoid_output_is_scored_by_mse(autoencoder, tmp_
 
 def test_accuracy_on_reconstruction_targets_is_refused(autoencoder, tmp_path):
     path, data, _ = autoencoder
-    result = run(path, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "out", "--metric", "accuracy")
+    result = invoke(
+        path, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "out", "--metric", "accuracy"
+    )
     assert result.exit_code == 1
     assert "--metric accuracy needs 0/1 labels or class ids" in result.output and "--metric mse" in result.output
 
@@ -334,7 +328,7 @@ def test_a_failed_onnx_export_keeps_the_savedmodel_and_the_report(two_unit_sigmo
     monkeypatch.setattr(mpconvert.onnx.export, "keras_to_onnx", fails)
     path, data, _, _ = two_unit_sigmoid
     out = tmp_path / "out"
-    result = run(path, "--policy", "mixed_float16", "--data", data, "--out", out, "--finetune-steps", "0")
+    result = invoke(path, "--policy", "mixed_float16", "--data", data, "--out", out, "--finetune-steps", "0")
     assert result.exit_code == 3, result.output
     assert (out / "savedmodel" / "saved_model.pb").is_file() and (out / "model.keras").is_file()
     assert not (out / "model.onnx").exists()
@@ -370,7 +364,7 @@ def test_an_export_bug_still_stops_the_run(two_unit_sigmoid, tmp_path, monkeypat
     monkeypatch.setattr(mpconvert.onnx.export, "keras_to_onnx", crashes)
     path, data, _, _ = two_unit_sigmoid
     out = tmp_path / "out"
-    result = run(
+    result = invoke(
         path, "--policy", "mixed_float16", "--data", data, "--out", out, "--finetune-steps", "0", "--export", "onnx"
     )
     assert result.exit_code == 1 and "conversion failed unexpectedly: RuntimeError: a bug" in result.output

@@ -7,7 +7,7 @@ hand-written reports, and the warnings and recommendation on faked
 hardware facts.
 """
 
-import dataclasses
+import importlib
 import json
 import os
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from junitparser import JUnitXml
-from test_gate import make_report, stored, thresholds, write
+from reports import make_report, stored, thresholds, write
 
 from mpconvert import doctor
 from mpconvert.cli import cli
@@ -26,7 +26,6 @@ from mpconvert.gate import SPEED, Thresholds, evaluate
 from mpconvert.options import GateOptions
 from mpconvert.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
-from mpconvert.report import Report
 from mpconvert.speed import (
     COMPUTED,
     Gpu,
@@ -69,7 +68,7 @@ def converted(K, policy):
 
 @pytest.fixture(scope="module", params=["keras", "tf_keras"])
 def K(request):
-    return pytest.importorskip(request.param)
+    return importlib.import_module(request.param)
 
 
 # --- measure_speed ------------------------------------------------------------------
@@ -448,17 +447,6 @@ def test_the_summary_line_for_speed_and_memory(capsys):
     assert "speed (CPU, batch 256): keras 1.20x" in capsys.readouterr().out
 
 
-# `mpconvert check --min-speedup` needs the pipeline's wiring: the flag on
-# `check`, api.gate_options(min_speedup=...), and a `speed` field in Report
-# (Report.from_dict keeps only its fields, so without it the section is lost).
-_check_flags = {p.name for p in cli.commands["check"].params}
-needs_wiring = pytest.mark.skipif(
-    "min_speedup" not in _check_flags or "speed" not in {f.name for f in dataclasses.fields(Report)},
-    reason="waits for the wiring: `check --min-speedup` and Report.speed",
-)
-
-
-@needs_wiring
 @pytest.mark.parametrize("min_speedup,code", [("1.2", 0), ("1.7", 3)])
 def test_check_re_applies_min_speedup_from_the_report(tmp_path, min_speedup, code):
     content = stored(make_report(validation={"drop": 0.0}), thresholds())
@@ -470,7 +458,6 @@ def test_check_re_applies_min_speedup_from_the_report(tmp_path, min_speedup, cod
     assert check["passed"] is (code == 0) and check["values"]["ratio"] == 1.6
 
 
-@needs_wiring
 def test_check_min_speedup_on_a_report_without_speed_fails(tmp_path):
     path = write(tmp_path / "report.json", stored(make_report(validation={"drop": 0.0}), thresholds()))
     result = CliRunner().invoke(cli, ["check", str(path), "--min-speedup", "1.2"])
