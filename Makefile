@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-full lint bench samples clean
+.PHONY: demo test test-full lint bench samples clean docs install-check
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(None if (3, 11) <= v < (3, 14) else \
@@ -29,6 +29,25 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# A non-editable install (the wheel pip builds from this tree, as `pip install .`
+# gets it) converts a sample model, run from outside the source tree so that
+# only the installed files are used: package data (the report schemas) and
+# the console script included. The wheel goes into its own folder on
+# PYTHONPATH; its dependencies are the environment's.
+WHEEL_DIR := build/install-check
+install-check: $(STAMP)
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
+	$(BIN)/pip wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR) .
+	$(BIN)/pip install --quiet --no-deps --target $(WHEEL_DIR)/site $(WHEEL_DIR)/mpconvert-*.whl
+	cd $(WHEEL_DIR) && PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(CURDIR)/$(BIN)/python -c \
+		'import mpconvert, sys; assert mpconvert.__file__.startswith("$(CURDIR)/$(WHEEL_DIR)/site/"), mpconvert.__file__'
+	cd $(WHEEL_DIR) && PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(CURDIR)/$(WHEEL_DIR)/site/bin/mpconvert \
+		$(CURDIR)/sample_models/cancer_mlp.keras --policy mixed_bfloat16 --data $(CURDIR)/sample_models/data/breast_cancer.npz \
+		--out converted --json --quiet > report.json
+	PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(BIN)/python -c 'import json, sys; from mpconvert.schema import problems; \
+		r = json.load(open("$(WHEEL_DIR)/report.json")); p = problems(r, "report"); \
+		sys.exit("\n".join(p)) if p else print("install-check: the installed wheel converted cancer_mlp, passed:", r["passed"])'
+
 # Also the slow end-to-end cases (every keras.applications model under both policies).
 test-full: $(STAMP)
 	$(PYTEST) --full
@@ -42,4 +61,8 @@ samples: $(STAMP)
 	$(BIN)/python sample_models/build.py
 
 clean:
-	rm -rf demo_out .pytest_cache
+	rm -rf demo_out .pytest_cache build
+
+# Regenerate docs/options.md from the options' declarations (a test checks it is current).
+docs: $(STAMP)
+	$(BIN)/python -m mpconvert.render.options_doc > docs/options.md

@@ -11,17 +11,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from inspect import Parameter, Signature
 from pathlib import Path
 from typing import Any
 
+from .keywords import Keyword, build, refuse_unknown
 from .options import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_LEARNING_RATE,
-    DEFAULT_MAX_PAD_OVERHEAD,
-    DEFAULT_OPSET,
-    DEFAULT_PAD_MULTIPLE,
-    DEFAULT_SEARCH_BUDGET,
-    EXPORT_KINDS,
+    CONVERSION_KEYWORDS,
+    EXPORT_KEYWORDS,
+    GATE_KEYWORDS,
     AutoKeepOptions,
     ConvertOptions,
     ExportOptions,
@@ -34,88 +32,54 @@ from .options import (
     ValidateOptions,
 )
 
-# A tolerance for every artifact kind, or one per kind: 1e-3 or {"onnx": 0.05}.
-Tolerance = float | Mapping[str, float] | tuple[tuple[str | None, float], ...] | None
+
+def _signature(keywords: Mapping[str, Keyword], *leading: Parameter) -> Signature:
+    """What help() and editors show for a function that takes a keyword table's keywords."""
+    named = [Parameter(k, Parameter.KEYWORD_ONLY, default=spec.default) for k, spec in keywords.items()]
+    return Signature([*leading, *named])
 
 
-def _per_kind(value: Tolerance) -> tuple[tuple[str | None, float], ...]:
-    if value is None:
-        return ()
-    if isinstance(value, (int, float)):
-        return ((None, float(value)),)
-    if isinstance(value, Mapping):
-        return tuple((kind, float(x)) for kind, x in value.items())
-    return tuple(value)
+def gate_options(**thresholds: Any) -> GateOptions:
+    """Gate thresholds from keywords (max_drop, min_agreement, atol, rtol, baseline, max_regression, min_speedup)."""
+    refuse_unknown(thresholds, GATE_KEYWORDS, "threshold")
+    return build(GateOptions, thresholds, GATE_KEYWORDS)
 
 
-def gate_options(
-    *,
-    max_drop: float | None = None,
-    min_agreement: float | None = None,
-    atol: Tolerance = None,
-    rtol: Tolerance = None,
-    baseline: str | Path | None = None,
-    max_regression: float | None = None,
-    min_speedup: float | None = None,
-) -> GateOptions:
-    return GateOptions(
-        max_drop=max_drop,
-        min_agreement=min_agreement,
-        atol=_per_kind(atol),
-        rtol=_per_kind(rtol),
-        max_regression=max_regression,
-        baseline=Path(baseline) if baseline is not None else None,
-        min_speedup=min_speedup,
+def export_options(**keywords: Any) -> ExportOptions:
+    """Export options from keywords (export, opset, bench_onnx)."""
+    refuse_unknown(keywords, EXPORT_KEYWORDS, "export option")
+    return build(ExportOptions, keywords, EXPORT_KEYWORDS)
+
+
+def conversion_options(model: Any, policy: str, **keywords: Any) -> ConvertOptions:
+    """The one options object of a conversion, from the keywords the CLI, the manifest and `convert` share.
+
+    The keywords are options.CONVERSION_KEYWORDS (docs/options.md lists
+    them); any other is refused with the nearest valid name.
+    """
+    refuse_unknown(keywords, CONVERSION_KEYWORDS, "conversion option")
+
+    def part(owner: type, **fixed: Any) -> Any:
+        return build(owner, keywords, CONVERSION_KEYWORDS, **fixed)
+
+    return part(
+        ConvertOptions,
+        load=part(LoadOptions, source=model),
+        rewrite=part(RewriteOptions, policy=policy),
+        validate=part(ValidateOptions),
+        finetune=part(FinetuneOptions),
+        pad=part(PadOptions),
+        gate=part(GateOptions),
+        auto_keep=part(AutoKeepOptions),
     )
 
 
-def conversion_options(
-    model: Any,
-    policy: str,
-    *,
-    data: Any = None,
-    keep_float32: tuple[str, ...] | list[str] = (),
-    metric: str | None = None,
-    max_drop: float | None = None,
-    min_agreement: float | None = None,
-    atol: Tolerance = None,
-    rtol: Tolerance = None,
-    baseline: str | Path | None = None,
-    max_regression: float | None = None,
-    finetune_steps: int | None = None,
-    learning_rate: float = DEFAULT_LEARNING_RATE,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    loss: str | None = None,
-    seed: int = 0,
-    pad_multiple: int = DEFAULT_PAD_MULTIPLE,
-    max_pad_overhead: float = DEFAULT_MAX_PAD_OVERHEAD,
-    unsafe_deserialization: bool = False,
-    imports: tuple[str, ...] | list[str] = (),
-    custom_objects: Mapping[str, Any] | None = None,
-    auto_keep: str = "search",
-    search_budget: float = DEFAULT_SEARCH_BUDGET,
-    min_speedup: float | None = None,
-    speed: bool = True,
-) -> ConvertOptions:
-    """The one options object of a conversion, from the keywords the CLI and `convert` share."""
-    return ConvertOptions(
-        load=LoadOptions(model, unsafe_deserialization, tuple(imports), custom_objects),
-        rewrite=RewriteOptions(policy, tuple(keep_float32)),
-        validate=ValidateOptions(data=data, metric=metric, seed=seed),
-        finetune=FinetuneOptions(finetune_steps, learning_rate, batch_size, seed, loss),
-        pad=PadOptions(pad_multiple, max_pad_overhead),
-        gate=gate_options(
-            max_drop=max_drop,
-            min_agreement=min_agreement,
-            atol=atol,
-            rtol=rtol,
-            baseline=baseline,
-            max_regression=max_regression,
-            min_speedup=min_speedup,
-        ),
-        auto_keep=AutoKeepOptions(auto_keep, search_budget),
-        speed=speed,
-    )
+_POSITIONAL = Parameter.POSITIONAL_OR_KEYWORD
+conversion_options.__signature__ = _signature(
+    CONVERSION_KEYWORDS, Parameter("model", _POSITIONAL), Parameter("policy", _POSITIONAL)
+)
+gate_options.__signature__ = _signature(GATE_KEYWORDS)
+export_options.__signature__ = _signature(EXPORT_KEYWORDS)
 
 
 class Conversion:
@@ -152,20 +116,21 @@ class Conversion:
     def save(
         self,
         out: str | Path,
-        export: tuple[str, ...] | list[str] = EXPORT_KINDS,
         *,
         force: bool = False,
-        opset: int = DEFAULT_OPSET,
-        bench_onnx: bool = False,
         on_stage: Callable[[str], None] | None = None,
+        **export: Any,
     ) -> dict:
         """Write and re-check the artifacts into `out` (staged: whole or nothing); returns the final report.
 
-        With bench_onnx, the ONNX file is also timed against a float32 export (one more export).
+        `export` takes the export keywords (export, opset, bench_onnx; see
+        options.EXPORT_KEYWORDS): export=("savedmodel",) writes only the
+        SavedModel; bench_onnx also times the ONNX file against a float32
+        export (one more export).
         """
         from .pipeline import save
 
-        options = SaveOptions(Path(out), ExportOptions(tuple(export), opset, bench_onnx=bench_onnx), force)
+        options = SaveOptions(Path(out), export_options(**export), force)
         self._report, _ = save(self._converted, options, _hooks(on_stage, None))
         return self.report
 
@@ -208,48 +173,25 @@ def convert(
 class Inspection:
     """What a conversion would do, per layer: policies and padding, nothing converted."""
 
-    source: dict  # path, name, format, loader
+    source: dict  # as the report's: path, name, parameters, format, loader, inputs, outputs
     policy: str
     layers: tuple  # LayerDecision per layer, the lint's keeps included
     padding: Any  # a PadPlan, or None with pad_multiple=0
     lint: Any = None  # a lint.Lint: findings with their numbers (None with auto_keep="off")
 
 
-def inspect(
-    model: Any,
-    policy: str = "mixed_float16",
-    *,
-    keep_float32: tuple[str, ...] | list[str] = (),
-    pad_multiple: int = DEFAULT_PAD_MULTIPLE,
-    max_pad_overhead: float = DEFAULT_MAX_PAD_OVERHEAD,
-    unsafe_deserialization: bool = False,
-    imports: tuple[str, ...] | list[str] = (),
-    custom_objects: Mapping[str, Any] | None = None,
-    data: Any = None,
-    auto_keep: str = "search",
-) -> Inspection:
+def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspection:
+    """The per-layer plan a conversion with these keywords would follow, nothing converted.
+
+    Keywords are `conversion_options`'; the ones the plan uses are
+    keep_float32, pad_multiple, max_pad_overhead, data and auto_keep (the
+    numeric lint; "off" skips it), and the loading ones.
+    """
     from .pipeline import inspect as plan
 
-    options = conversion_options(
-        model,
-        policy,
-        keep_float32=keep_float32,
-        pad_multiple=pad_multiple,
-        max_pad_overhead=max_pad_overhead,
-        unsafe_deserialization=unsafe_deserialization,
-        imports=imports,
-        custom_objects=custom_objects,
-        data=data,
-        auto_keep=auto_keep,
-    )
+    options = conversion_options(model, policy, **keywords)
     found = plan(options)
-    source = {
-        "path": str(options.load.path) if options.load.path else None,
-        "name": found.loaded.model.name,
-        "format": found.loaded.format,
-        "loader": found.loaded.framework.name,
-    }
-    return Inspection(source, policy, found.plan.decisions, found.padding, found.lint)
+    return Inspection(found.loaded.source(options.load.path), policy, found.plan.decisions, found.padding, found.lint)
 
 
 def check(report: dict | str | Path, **thresholds: Any) -> dict:
@@ -259,7 +201,7 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
     max_regression) keep the values stored in the report. Returns the
     re-judged report: its "passed" and "gate" are the new verdict.
     """
-    from .gate import read_report
+    from .stored import read_report
 
     stored = report if isinstance(report, dict) else read_report(Path(report))
     return recheck(stored, gate_options(**thresholds)).as_dict()
@@ -267,8 +209,8 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
 
 def recheck(stored: dict, options: GateOptions):
     """A stored report judged again with `options` over its own thresholds (a Report)."""
-    from .gate import stored_thresholds
     from .report import Report
+    from .stored import stored_thresholds
 
     thresholds = stored_thresholds(stored).overridden(options, stored["validation"]["metric"])
     return Report.from_dict(stored, thresholds)

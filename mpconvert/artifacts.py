@@ -59,13 +59,13 @@ def _max_abs(outputs: list[np.ndarray]) -> float:
     return max((float(np.abs(o[np.isfinite(o)]).max(initial=0.0)) for o in outputs), default=0.0)
 
 
-def _input_specs(signature: Signature) -> list:
+def input_specs(signature: Signature) -> list:
     import tensorflow as tf
 
     return [tf.TensorSpec(spec.shape, spec.dtype, name=spec.name) for spec in signature.inputs]
 
 
-def _serving_fn(model: Any, signature: Signature):
+def serving_fn(model: Any, signature: Signature):
     """model(inputs) -> {output name: tensor}, so the signature keeps the model's names."""
     names = [spec.name for spec in signature.outputs]
 
@@ -81,7 +81,7 @@ def write_savedmodel(model: Any, framework: Framework, signature: Signature, pat
     if framework.is_keras3:
         archive = framework.module.export.ExportArchive()
         archive.track(model)
-        archive.add_endpoint("serve", _serving_fn(model, signature), input_signature=_input_specs(signature))
+        archive.add_endpoint("serve", serving_fn(model, signature), input_signature=input_specs(signature))
         archive.write_out(str(path), verbose=False)
     else:
         # A Keras-2 SavedModel written by tf-keras reloads as a Keras model
@@ -217,7 +217,7 @@ def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], 
     from .onnx.export import keras_to_onnx
     from .onnx.run import run_onnx
 
-    exported = keras_to_onnx(model, _input_specs(signature), path, opset=opset)
+    exported = keras_to_onnx(model, input_specs(signature), path, opset=opset)
     run = run_onnx(path, {spec.name: x for spec, x in zip(signature.inputs, rows)})
     details = {
         "opset": exported.opset,

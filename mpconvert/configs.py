@@ -16,7 +16,25 @@ from typing import Any
 
 from .errors import MpconvertError
 
+# Why an input layer "stays float32" in a plan: it computes nothing, so counts of kept layers leave it out.
+INPUT_LAYER = "input layer"
+
 Ref = tuple[str, int, int]  # (layer name, node index, tensor index)
+
+# Activations that turn logits into probabilities; their input must be
+# float32 at the model's end or the loss sees a 16-bit tensor.
+PROBABILITY_ACTIVATIONS = ("softmax", "log_softmax", "sigmoid")
+SOFTMAX_ACTIVATIONS = ("softmax", "log_softmax")
+# Layers that compute statistics of their input (squares, means).
+NORMALIZATION_LAYERS = (
+    "BatchNormalization",
+    "LayerNormalization",
+    "GroupNormalization",
+    "RMSNormalization",
+    "UnitNormalization",
+)
+# ... of which these normalize across the channels (the last axis), so a padded channel would change them.
+CHANNEL_NORMALIZATION_LAYERS = frozenset(NORMALIZATION_LAYERS) - {"BatchNormalization"}
 
 
 def model_config(model: Any) -> dict:

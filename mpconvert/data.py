@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import MpconvertError
+from .memory import available_memory
 from .signature import Signature, TensorSpec
 from .usercode import import_module
 
@@ -309,7 +309,7 @@ class _NpzArrays(Mapping):
                 "the file is truncated or its header does not match its data",
                 hint="write the file again with np.savez or np.savez_compressed",
             )
-        available = _available_memory()
+        available = available_memory()
         if available is not None and size > available:
             raise MpconvertError(
                 f"data file {self._path}: {declared} ({_bytes(size)}), "
@@ -317,21 +317,6 @@ class _NpzArrays(Mapping):
                 hint=_SMALLER_SPLIT,
             )
         return shape, dtype
-
-
-def _available_memory() -> int | None:
-    """Bytes of memory available now, or None where it cannot be told."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):  # no sysconf (Windows) or no such name
-        return None
 
 
 def _bytes(n: int) -> str:

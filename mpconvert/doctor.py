@@ -9,12 +9,12 @@ Runtime and recommends the policy that was *measured* faster here, because
 the facts alone mislead: on the 2-core AMD EPYC (Zen 3, AVX2 only) this was
 written on, a 256x4096x4096 bfloat16 matmul took 427 ms against 203 ms in
 float32, while on a 2-core EPYC with avx512_bf16 a mixed_bfloat16 Dense model
-served 1.6x faster (GUIDE.md section 2).
+served 1.6x faster than float32 at batch 256.
 
-The stages: `speed.probe_hardware` (the facts, no benchmark; speed.py
+The stages: `speed.probe_hardware` (the facts, no benchmark; speed/hardware.py
 owns them because speed.warning_for needs them before every conversion),
 `bench_tensorflow`, `bench_onnxruntime`, `recommend`, gathered by
-`diagnose` into a `Diagnosis`; `doctor_command` is the click command,
+`diagnose` into a `Diagnosis`; cli/doctor.py holds the click command,
 rendered by render.render_doctor. TensorFlow and ONNX Runtime are imported
 only when a stage needs them, so the command line starts without them.
 """
@@ -22,18 +22,13 @@ only when a stage needs them, so the command line starts without them.
 from __future__ import annotations
 
 import functools
-import json
 import math
-import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 
-import click
-
-from .cli_flags import debug_option, run_action
+from .errors import first_line
 from .precision import PRECISIONS
-from .speed import Hardware, fast_units, first_line, median_ms, probe_hardware
+from .speed import Hardware, fast_units, median_ms, probe_hardware
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -54,7 +49,7 @@ BUDGET_S = 1.0  # per (op, runtime): every dtype's runs together
 # doctor run and 0.94x in the next (the dtypes take turns, so load falls on
 # all of them, but not evenly).
 PAYS = 1.1
-# ONNX opset 22 is the first where Conv accepts bfloat16 (GUIDE.md section 2).
+# ONNX opset 22 is the first where Conv accepts bfloat16 (the ONNX operator schemas).
 BENCH_OPSET = 22
 
 ORT_CPU, ORT_CUDA, ORT_TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
@@ -114,7 +109,7 @@ def bench_tensorflow(matmul: tuple = MATMUL, conv: tuple = CONV, repeats: int = 
             try:
                 run()  # traces, and tells whether this device has a kernel for the dtype
             except (tf.errors.OpError, TypeError, ValueError) as exc:
-                failed[dtype] = f"not supported: {first_line(exc)}"
+                failed[dtype] = f"not supported: {first_line(exc, 200)}"
                 continue
             runs[dtype] = run
         result[op] = _result(op, matmul, conv, runs, failed, repeats)
@@ -163,42 +158,21 @@ def _onnx_graph(op: str, dtype: str, matmul: tuple, conv: tuple):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", BENCH_OPSET)], ir_version=10), x_shape
 
 
-def _child_loads(provider: str) -> bool:
-    """Whether `provider` really loads, tried in a child process (its load errors are logged process-wide)."""
-    model, _ = _onnx_graph("matmul", "float32", (1, 1, 1), CONV)
-    script = (
-        "import sys, onnxruntime\n"
-        f"s = onnxruntime.InferenceSession(sys.stdin.buffer.read(), providers=[{provider!r}, {ORT_CPU!r}])\n"
-        "print(s.get_providers()[0])\n"
-    )
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", script],
-            input=model.SerializeToString(),
-            capture_output=True,
-            timeout=300,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0 and done.stdout.decode().strip().endswith(provider)
-
-
 def onnxruntime_providers() -> dict[str, list[str]]:
     """The providers ONNX Runtime lists, and those that really load here.
 
     onnxruntime-gpu lists CUDA and TensorRT without CUDA present, then falls
-    back to CPU with a logged error (GUIDE.md section 2): only a real load counts.
+    back to CPU with a logged error: only a real load counts.
     """
     import onnxruntime as ort
 
-    from .onnx.run import cuda_usable
+    from .onnx.run import provider_loads
 
     available = list(ort.get_available_providers())
     usable = [ORT_CPU]
-    if ORT_CUDA in available and cuda_usable():
+    if ORT_CUDA in available and provider_loads(ORT_CUDA):
         usable.insert(0, ORT_CUDA)
-    if ORT_TENSORRT in available and _child_loads(ORT_TENSORRT):
+    if ORT_TENSORRT in available and provider_loads(ORT_TENSORRT):
         usable.insert(0, ORT_TENSORRT)
     return {"available": available, "usable": usable}
 
@@ -228,7 +202,7 @@ def bench_onnxruntime(
             except Exception as exc:  # ONNX Runtime raises its own classes: NOT_IMPLEMENTED, INVALID_GRAPH, ...
                 if dtype == "float32":
                     raise  # the baseline must run: anything else is a bug here
-                failed[dtype] = f"not supported: {first_line(exc)}"
+                failed[dtype] = f"not supported: {first_line(exc, 200)}"
                 continue
             runs[dtype] = functools.partial(session.run, None, feed)
         result[op] = _result(op, matmul, conv, runs, failed, repeats)
@@ -348,22 +322,3 @@ def diagnose(
     found = {"mpconvert": __version__, **versions()}
     advice = recommend(hardware, tensorflow, onnxruntime)
     return Diagnosis(hardware, providers, found, tensorflow, onnxruntime, advice, seconds)
-
-
-@click.command("doctor")
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON on stdout, and nothing else there.")
-@debug_option
-def doctor_command(as_json, debug):
-    """What this machine offers for 16-bit compute, measured: hardware, runtimes, a micro-benchmark, a policy."""
-
-    def action() -> int:
-        found = diagnose().as_dict()
-        if as_json:
-            click.echo(json.dumps(found, indent=2, allow_nan=False))
-        else:
-            from .render import render_doctor
-
-            render_doctor(found)
-        return 0
-
-    sys.exit(run_action(debug, action))

@@ -6,6 +6,13 @@ message that names the problem and the fix. The CLI turns it into exit code 1
 without a traceback; any other exception is a bug in mpconvert.
 """
 
+from dataclasses import dataclass
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's first line, for a one-line message (its type's name when it says nothing)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:limit]
+
 
 class MpconvertError(Exception):
     """A failure caused by the user's input, reported without a traceback."""
@@ -24,3 +31,32 @@ class WriteError(MpconvertError):
     The whole run fails with it (exit 1, nothing left behind), where other
     errors while exporting one artifact only fail that artifact.
     """
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a failed run tells the user, the same from the CLI and from a batch worker."""
+
+    message: str
+    hint: str | None
+    bug: bool  # not the input's fault: worth a traceback (--debug) and a report
+
+    def one_line(self) -> str:
+        return self.message + (f" (fix: {self.hint})" if self.hint else "")
+
+
+def failure_of(exc: BaseException) -> Failure:
+    """The user-facing account of any exception a conversion raised (KeyboardInterrupt aside)."""
+    if isinstance(exc, MpconvertError):
+        return Failure(exc.message, exc.hint, bug=False)
+    if isinstance(exc, MemoryError):
+        return Failure(
+            "ran out of memory",
+            "free memory, or convert with less --data (fewer validation and training rows)",
+            bug=False,
+        )
+    return Failure(
+        f"conversion failed unexpectedly: {type(exc).__name__}: {first_line(exc)}",
+        "rerun with --debug for the full traceback and report it",
+        bug=True,
+    )

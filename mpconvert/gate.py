@@ -8,40 +8,21 @@ check never hides the others: all are evaluated, then the gate decides.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from .errors import MpconvertError
-from .options import ARTIFACT_KINDS, DEFAULT_MAX_DROP, GateOptions
-from .precision import POLICIES, Precision
+from .configs import INPUT_LAYER
+from .options import (
+    ARTIFACT_KINDS,
+    DEFAULT_ATOL,
+    DEFAULT_MAX_DROP,
+    DEFAULT_MAX_REGRESSION,
+    DEFAULT_MIN_AGREEMENT,
+    GateOptions,
+)
+from .precision import Precision
 from .validate import within, worse_by
 
-# The agreement check guards against harm, not change. With labels, at least
-# this share of the rows the float32 model got right must still be right
-# (predictions it fixes are improvements, e.g. from fine-tuning, and count
-# for nothing); without labels, this share of predictions (argmax, or the 0.5
-# threshold for a sigmoid) must be unchanged. 16-bit rounding flips a few
-# borderline predictions: on the sample models the lowest agreement seen was
-# 0.984 (1 of 64 generated inputs, digits_mlp under bfloat16; 0.9956 and above
-# on labelled data, where the harmed rows are at most those flips). 0.95
-# leaves three times that, and still catches a conversion that breaks one
-# right prediction in twenty.
-DEFAULT_MIN_AGREEMENT = 0.95
-
-# Any regression against a baseline fails by default. Runs are deterministic
-# (same model, data, options and seed give the same numbers on the same
-# machine), so an unchanged model passes; and a tolerance would let a metric
-# slide a little on every commit, each step within budget, without limit.
-DEFAULT_MAX_REGRESSION = 0.0
-
-# Artifact parity: an artifact passes when
-#     max |artifact - converted Keras model| <= atol + rtol * max |converted Keras model|
-# over the same rows, so the limit scales with the outputs and the check can
-# be redone from the two numbers stored per artifact. atol is only a floor
-# for outputs near zero.
-DEFAULT_ATOL = 1e-5
 # rtol by policy and artifact kind, in units of the 16-bit format's rounding
 # error u (float16 2**-11 = 4.9e-4, bfloat16 2**-8 = 3.9e-3):
 # - savedmodel and keras run the converted model through the same TensorFlow
@@ -66,19 +47,6 @@ SPEED = "speed"
 # The speed check judges the SavedModel serving path when it was timed (what
 # a deployment runs), else the Keras call.
 SPEED_PATHS_JUDGED = ("savedmodel", "keras")
-
-# What makes a JSON file an mpconvert report: the keys the gate reads.
-_REPORT_KEYS = ("policy", "source", "layers", "validation", "artifacts")
-_VALIDATION_KEYS = (
-    "metric",
-    "reference",
-    "converted",
-    "drop",
-    "agreement",
-    "max_abs_diff",
-    "rows",
-    "nonfinite_outputs",
-)
 
 
 @dataclass(frozen=True)
@@ -135,6 +103,8 @@ class Thresholds:
             for name in ("max_drop", "min_agreement", "max_regression", "min_speedup")
             if getattr(options, name) is not None
         }
+        from .stored import load_baseline  # reads files; the gate itself judges dicts
+
         baseline = self.baseline if options.baseline is None else load_baseline(options.baseline, metric)
         return replace(
             self,
@@ -208,10 +178,32 @@ def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
     return GateResult(tuple(checks), thresholds)
 
 
+@dataclass(frozen=True)
+class LayerCounts:
+    """A report's layers counted the one way the gate, the summaries and batch.json count them."""
+
+    converted: int  # layers computing in the report's policy
+    kept: tuple[dict, ...]  # layers pinned to float32, input layers aside (they compute nothing)
+    with_policy: int  # layers that have a policy at all, input layers aside
+
+    @property
+    def kept_share(self) -> float | None:
+        return len(self.kept) / self.with_policy if self.with_policy else None
+
+
+def layer_counts(report: dict) -> LayerCounts:
+    layers = [layer for layer in report["layers"] if layer["pinned"] != INPUT_LAYER]
+    return LayerCounts(
+        converted=sum(1 for layer in layers if layer["policy"] == report["policy"]),
+        kept=tuple(layer for layer in layers if layer["pinned"]),
+        with_policy=sum(1 for layer in layers if layer["policy"]),
+    )
+
+
 def _policy_rewrite(report: dict) -> Check:
     policy = report["policy"]
-    converted = sum(1 for layer in report["layers"] if layer["policy"] == policy)
-    kept = sum(1 for layer in report["layers"] if layer["pinned"] and layer["pinned"] != "input layer")
+    counts = layer_counts(report)
+    converted, kept = counts.converted, len(counts.kept)
     values = {"policy": policy, "converted": converted, "kept_float32": kept}
     if converted:
         return Check(POLICY_REWRITE, True, f"{converted} layers converted to {policy}, {kept} kept float32", values)
@@ -348,9 +340,10 @@ def _padding(padding: dict) -> Check:
     if padding.get("exported") == "unpadded":
         # A padding its proof rejects is mpconvert's own miss: the model the
         # user gets is the unpadded one, which every other check judged.
-        message = f"padding rejected by its proof and not used: {reason} (max abs diff {diff_text})"
-        if "unpadded model was exported" not in message:
-            message += "; the unpadded model was exported"
+        message = (
+            f"padding rejected by its proof and not used: {reason}; the unpadded model was exported "
+            f"(max abs diff {diff_text})"
+        )
         return Check(PADDING, True, message, values)
     return Check(PADDING, False, f"{reason} (max abs diff {diff_text})", values)
 
@@ -436,70 +429,3 @@ def check_speed(speed: dict | None, min_speedup: float) -> Check:
         f"batch {speed.get('batch')}, {speed.get('device')}) {'>=' if passed else '<'} min {min_speedup:.2f}x"
     )
     return Check(SPEED, passed, message, values)
-
-
-def read_report(path: Path, role: str = "report") -> dict:
-    """A report.json (or the output folder holding one) as a dict, or a clear error."""
-    path = Path(path)
-    if path.is_dir() and (path / "report.json").is_file():
-        path = path / "report.json"
-    hint = "give the report.json that an mpconvert run wrote into its output folder"
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise MpconvertError(f"{role} {path} not found", hint=hint) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MpconvertError(f"cannot read {role} {path}: {exc}", hint=hint) from None
-    try:
-        report = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MpconvertError(f"{role} {path} is not valid JSON ({exc})", hint=hint) from None
-    missing = [key for key in _REPORT_KEYS if key not in report] if isinstance(report, dict) else list(_REPORT_KEYS)
-    if not missing and isinstance(report["validation"], dict):
-        missing = [f"validation.{key}" for key in _VALIDATION_KEYS if key not in report["validation"]]
-    if missing:
-        raise MpconvertError(f"{role} {path} is not an mpconvert report (it has no {', '.join(missing)})", hint=hint)
-    if report["policy"] not in POLICIES:
-        raise MpconvertError(f"{role} {path} has an unknown policy {report['policy']!r}", hint=hint)
-    return report
-
-
-def load_baseline(path: Path, metric: str | None) -> Baseline:
-    """An earlier run's numbers, refused unless they measure the same metric as this run."""
-    report = read_report(path, "baseline")
-    v = report["validation"]
-    if v["metric"] is None or v["converted"] is None:
-        raise MpconvertError(
-            f"baseline {path} measured no metric (that run had no labelled --data)",
-            hint="use as baseline a run with --data, like this one",
-        )
-    if metric is None:
-        raise MpconvertError(
-            "--baseline compares metrics, but this run measures none (no labelled data)",
-            hint="pass --data with labels, as the baseline run did",
-        )
-    if v["metric"] != metric:
-        raise MpconvertError(
-            f"baseline {path} measured {v['metric']}, this run measures {metric}: they cannot be compared",
-            hint=f"compare runs that measure the same metric (--metric {v['metric']} on both)",
-        )
-    return Baseline(str(path), v["metric"], v["converted"], report["policy"], report["source"].get("path", ""))
-
-
-def stored_thresholds(report: dict) -> Thresholds:
-    """The thresholds a stored report was judged by.
-
-    A report without a gate section gets its policy's defaults and the budget
-    its validation used.
-    """
-    stored = report.get("gate", {}).get("thresholds")
-    if stored is None:
-        # Reports from before the gate section kept the budget with the validation.
-        return Thresholds.defaults(report["policy"], report["validation"].get("max_drop", DEFAULT_MAX_DROP))
-    try:
-        return Thresholds.from_dict(stored)
-    except (TypeError, AttributeError) as exc:
-        raise MpconvertError(
-            f"the report's gate.thresholds cannot be read ({exc})",
-            hint="restore the report.json as mpconvert wrote it, or rerun the conversion",
-        ) from None

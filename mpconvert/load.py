@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import MpconvertError
+from .errors import MpconvertError, first_line
 from .frameworks import KERAS3, TF_KERAS, Framework, framework_of
 from .options import LoadOptions
 from .usercode import import_module
@@ -47,6 +47,21 @@ class Loaded:
     def deserialization(self):
         """The scope every stage that rebuilds or reloads this model runs in."""
         return self.framework.deserialization(self.safe, self.custom_objects)
+
+    def source(self, path: Path | None) -> dict:
+        """The report's `source`: where the model came from, what read it, its inputs and outputs."""
+        from .signature import signature_of
+
+        signature = signature_of(self.model)
+        return {
+            "path": str(path) if path else None,
+            "name": self.model.name,
+            "parameters": int(self.model.count_params()),
+            "format": self.format,
+            "loader": self.framework.name,
+            "inputs": [vars(s) for s in signature.inputs],
+            "outputs": [vars(s) for s in signature.outputs],
+        }
 
 
 def detect_format(path: Path) -> str:
@@ -107,7 +122,7 @@ def read_stored_config(path: Path, fmt: str) -> dict:
         raise
     except Exception as exc:  # zipfile, h5py and protobuf each raise their own kinds
         raise MpconvertError(
-            f"cannot read {path}: the file is damaged or not a Keras model ({_first_line(exc)})",
+            f"cannot read {path}: the file is damaged or not a Keras model ({first_line(exc)})",
             hint="check that the file was completely written, e.g. re-save or re-download it",
         ) from exc
 
@@ -302,7 +317,7 @@ def _load_error(path: Path, exc: Exception) -> MpconvertError:
     if missing or "could not be deserialized properly" in text:
         what = f"the custom class {missing.group(1)!r}" if missing else "a custom class"
         return MpconvertError(
-            f"{path} uses {what}, which is not registered in this process ({_first_line(exc)})",
+            f"{path} uses {what}, which is not registered in this process ({first_line(exc)})",
             hint="pass --import MODULE to import the module that defines and registers it "
             "(@keras.saving.register_keras_serializable); that runs its code",
         )
@@ -312,7 +327,7 @@ def _load_error(path: Path, exc: Exception) -> MpconvertError:
             hint="only if you trust this file, pass --unsafe-deserialization",
         )
     return MpconvertError(
-        f"cannot load {path}: {_first_line(exc)}",
+        f"cannot load {path}: {first_line(exc)}",
         hint="check that the file is a complete Keras model saved with model.save()",
     )
 
@@ -324,8 +339,3 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(exc))
         yield exc
         exc = exc.__cause__ or exc.__context__
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

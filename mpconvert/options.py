@@ -13,14 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MpconvertError
+from .keywords import Keyword, check_ranges, keyword, table
 from .precision import Precision
-
-
-def _require(ok: bool, name: str, value: object, rule: str) -> None:
-    """The Python API's counterpart of click's range checks, with the same wording."""
-    if not ok:
-        raise MpconvertError(f"{name}={value!r} is invalid: it must be {rule}", hint=f"pass a {name} that is {rule}")
-
 
 EXPORT_KINDS = ("savedmodel", "onnx")
 # What the report lists: a Keras 3 model's savedmodel export also writes model.keras.
@@ -37,11 +31,21 @@ class LoadOptions:
     # A model file or folder, or a live keras / tf_keras model (Python API),
     # which is read but never modified.
     source: Any
-    unsafe_deserialization: bool = False
-    # Modules imported before loading, so that their
-    # register_keras_serializable classes are found (runs their code).
-    imports: tuple[str, ...] = ()
-    custom_objects: Any = None  # Python API: {name: class}, like Keras's own argument
+    unsafe_deserialization: bool = keyword(
+        False, kind="bool", help="Allow Lambda layers, whose code runs while loading. Only for files you trust."
+    )
+    # Imported before loading, so that their register_keras_serializable classes are found.
+    imports: tuple[str, ...] = keyword(
+        (),
+        kind="strings",
+        flag="--import",
+        metavar="MODULE",
+        help="Import MODULE before loading, so the custom layers it registers are found (repeatable). "
+        "This runs that module's code.",
+    )
+    custom_objects: Any = keyword(
+        None, kind="object", help="Python API only: {name: class} for custom layers, like Keras's own argument."
+    )
 
     @property
     def path(self) -> Path | None:
@@ -51,7 +55,12 @@ class LoadOptions:
 @dataclass(frozen=True)
 class RewriteOptions:
     policy: str
-    keep_float32: tuple[str, ...] = ()
+    keep_float32: tuple[str, ...] = keyword(
+        (),
+        kind="strings",
+        metavar="REGEX",
+        help="Keep layers whose whole name or class name matches REGEX in float32 (repeatable).",
+    )
     # Layers kept float32 by the numeric lint or the search: (layer path, why).
     # Set by the pipeline, not by users (they have keep_float32).
     auto_keep: tuple[tuple[str, str], ...] = ()
@@ -82,26 +91,46 @@ LINT_ROWS = 256
 
 @dataclass(frozen=True)
 class AutoKeepOptions:
-    mode: str = "search"  # off: today's behaviour; lint: keep what the lint flags; search: also search
-    search_budget: float = DEFAULT_SEARCH_BUDGET
+    mode: str = keyword(
+        "search",
+        name="auto_keep",
+        choices=AUTO_KEEP_MODES,
+        help="Keep float32 where 16 bits break: lint (what the numeric lint flags), search (also search for the "
+        "layers that fix a failing accuracy or agreement check), off (the gate fails and says so).",
+    )
+    search_budget: float = keyword(
+        DEFAULT_SEARCH_BUDGET,
+        kind="float",
+        minimum=0,
+        minimum_open=True,
+        rule_note="(seconds)",
+        metavar="SECONDS",
+        help="Longest the accuracy-driven search may take.",
+    )
 
     def __post_init__(self) -> None:
-        _require(self.mode in AUTO_KEEP_MODES, "auto_keep", self.mode, f"one of {', '.join(AUTO_KEEP_MODES)}")
-        _require(self.search_budget > 0, "search_budget", self.search_budget, "a number of seconds > 0")
+        check_ranges(self)
 
 
 @dataclass(frozen=True)
 class ValidateOptions:
     # An .npz path, a "module:function" returning (train, validation), or
     # (Python API) arrays or tf.data.Datasets; see data.resolve_data.
-    data: Any = None
-    metric: str | None = None  # None: accuracy for classifiers, mse otherwise
+    data: Any = keyword(
+        None,
+        default_text="generated inputs, no labels",
+        help="Labelled data: an .npz with x, y (and x_train, y_train), or module:function returning "
+        "(train, validation) -- that form imports and runs your code.",
+    )
+    metric: str | None = keyword(
+        None, choices=METRICS, default_text="accuracy for softmax/sigmoid outputs, else mse", help="The gate's metric."
+    )
     # Rows drawn when no data is given; enough to see drift, cheap to run.
     generated_samples: int = 64
-    seed: int = 0
+    seed: int = keyword(0, kind="int", help="Seed for fine-tuning and generated inputs.")
 
     def __post_init__(self) -> None:
-        _require(self.metric in (None, *METRICS), "metric", self.metric, f"one of {', '.join(METRICS)} or None")
+        check_ranges(self)
 
 
 # Fine-tuning defaults: a short, gentle run. Adam at 1e-4 moves float32
@@ -113,17 +142,29 @@ DEFAULT_BATCH_SIZE = 32
 
 @dataclass(frozen=True)
 class FinetuneOptions:
-    # None: DEFAULT_FINETUNE_STEPS when the data has a training split, else 0
-    steps: int | None = None
-    learning_rate: float = DEFAULT_LEARNING_RATE
-    batch_size: int = DEFAULT_BATCH_SIZE
-    seed: int = 0
-    loss: str | None = None  # None: the model's saved loss, else one for its output
+    steps: int | None = keyword(
+        None,
+        name="finetune_steps",
+        kind="int",
+        minimum=0,
+        default_text=f"{DEFAULT_FINETUNE_STEPS} when the data has a training split, else 0",
+        help="Fine-tuning steps, 0 to skip.",
+    )
+    learning_rate: float = keyword(
+        DEFAULT_LEARNING_RATE, kind="float", minimum=0, minimum_open=True, help="Fine-tuning learning rate (Adam)."
+    )
+    batch_size: int = keyword(
+        DEFAULT_BATCH_SIZE, kind="int", minimum=1, help="Rows per fine-tuning step and per evaluation batch."
+    )
+    seed: int = keyword(0, kind="int", help="Seed for fine-tuning and generated inputs.")
+    loss: str | None = keyword(
+        None,
+        default_text="the model's saved loss, else one for its output",
+        help="Fine-tuning loss, a Keras loss name.",
+    )
 
     def __post_init__(self) -> None:
-        _require(self.steps is None or self.steps >= 0, "finetune_steps", self.steps, "an integer >= 0 or None")
-        _require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a number > 0")
-        _require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        check_ranges(self)
 
     def resolved(self, has_train: bool) -> FinetuneOptions:
         if self.steps is not None:
@@ -145,13 +186,25 @@ PARITY_SAMPLES = 256
 
 @dataclass(frozen=True)
 class PadOptions:
-    multiple: int = DEFAULT_PAD_MULTIPLE  # 0 turns padding off
-    max_overhead: float = DEFAULT_MAX_PAD_OVERHEAD
+    multiple: int = keyword(
+        DEFAULT_PAD_MULTIPLE,
+        name="pad_multiple",
+        kind="int",
+        minimum=0,
+        rule_note="(0 turns padding off)",
+        help="Pad channel dimensions to multiples of N for Tensor Cores (128 for TPUs); 0 turns padding off.",
+    )
+    max_overhead: float = keyword(
+        DEFAULT_MAX_PAD_OVERHEAD,
+        name="max_pad_overhead",
+        kind="float",
+        minimum=0,
+        help="Largest share of extra multiply-adds padding may add to the model.",
+    )
     proof_samples: int = PARITY_SAMPLES
 
     def __post_init__(self) -> None:
-        _require(self.multiple >= 0, "pad_multiple", self.multiple, "an integer >= 0 (0 turns padding off)")
-        _require(self.max_overhead >= 0, "max_pad_overhead", self.max_overhead, "a number >= 0")
+        check_ranges(self)
 
 
 # tf2onnx 1.17 writes opsets 13 to 18. 17 is the newest TensorRT 8.x and
@@ -163,11 +216,22 @@ MAX_OPSET = 18
 
 @dataclass(frozen=True)
 class ExportOptions:
-    kinds: tuple[str, ...] = EXPORT_KINDS
-    opset: int = DEFAULT_OPSET
+    kinds: tuple[str, ...] = keyword(
+        EXPORT_KINDS, name="export", kind="kinds", choices=EXPORT_KINDS, help="Artifacts to write, comma-separated."
+    )
+    opset: int = keyword(
+        DEFAULT_OPSET,
+        kind="int",
+        minimum=MIN_OPSET,
+        maximum=MAX_OPSET,
+        help=f"ONNX opset of the .onnx file (tf2onnx 1.17 writes {MIN_OPSET} to {MAX_OPSET}).",
+    )
     parity_samples: int = PARITY_SAMPLES
-    # Time the ONNX file against a float32 export in ONNX Runtime (one more export).
-    bench_onnx: bool = False
+    bench_onnx: bool = keyword(
+        False,
+        kind="bool",
+        help="Also time the ONNX file against a float32 ONNX export in ONNX Runtime (costs one more export).",
+    )
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.kinds if k not in EXPORT_KINDS]
@@ -187,6 +251,33 @@ def check_opset(opset: int) -> None:
         )
 
 
+# The gate's own defaults (the policy's parity_rtol is in precision.py).
+# The agreement check guards against harm, not change. With labels, at least
+# this share of the rows the float32 model got right must still be right
+# (predictions it fixes are improvements, e.g. from fine-tuning, and count
+# for nothing); without labels, this share of predictions (argmax, or the 0.5
+# threshold for a sigmoid) must be unchanged. 16-bit rounding flips a few
+# borderline predictions: on the sample models the lowest agreement seen was
+# 0.984 (1 of 64 generated inputs, digits_mlp under bfloat16; 0.9956 and above
+# on labelled data, where the harmed rows are at most those flips). 0.95
+# leaves three times that, and still catches a conversion that breaks one
+# right prediction in twenty.
+DEFAULT_MIN_AGREEMENT = 0.95
+
+# Any regression against a baseline fails by default. Runs are deterministic
+# (same model, data, options and seed give the same numbers on the same
+# machine), so an unchanged model passes; and a tolerance would let a metric
+# slide a little on every commit, each step within budget, without limit.
+DEFAULT_MAX_REGRESSION = 0.0
+
+# Artifact parity: an artifact passes when
+#     max |artifact - converted Keras model| <= atol + rtol * max |converted Keras model|
+# over the same rows, so the limit scales with the outputs and the check can
+# be redone from the two numbers stored per artifact. atol is only a floor
+# for outputs near zero.
+DEFAULT_ATOL = 1e-5
+
+
 @dataclass(frozen=True)
 class GateOptions:
     """Gate thresholds given on the command line or to the Python API.
@@ -196,29 +287,87 @@ class GateOptions:
     for `mpconvert check`. This is the one place a budget is given.
     """
 
-    max_drop: float | None = None
-    min_agreement: float | None = None
+    max_drop: float | None = keyword(
+        None,
+        kind="float",
+        minimum=0,
+        gate=True,
+        default_text=str(DEFAULT_MAX_DROP),
+        help="Largest allowed metric drop, in the metric's units (0.01 = 1 point of accuracy).",
+    )
+    min_agreement: float | None = keyword(
+        None,
+        kind="float",
+        minimum=0,
+        maximum=1,
+        gate=True,
+        default_text=str(DEFAULT_MIN_AGREEMENT),
+        help="Classifiers: with labels, the smallest share of the rows the float32 model got right that the "
+        "converted model must still get right (fixed rows do not count against it); without labels, the "
+        "smallest share of unchanged predictions.",
+    )
     # (artifact kind, value) in the order given, later entries winning; kind
     # None applies to every kind.
-    atol: tuple[tuple[str | None, float], ...] = ()
-    rtol: tuple[tuple[str | None, float], ...] = ()
-    max_regression: float | None = None
-    baseline: Path | None = None  # an earlier run's report.json
-    # Smallest accepted float32 time / converted time (speed.py); None: not judged.
-    min_speedup: float | None = None
+    atol: tuple[tuple[str | None, float], ...] = keyword(
+        (),
+        kind="tolerances",
+        gate=True,
+        metavar="[KIND=]X",
+        default_text=f"{DEFAULT_ATOL:g}",
+        help="Absolute artifact parity tolerance: X sets every artifact kind, KIND=X one of "
+        f"{', '.join(ARTIFACT_KINDS)} (repeatable).",
+    )
+    rtol: tuple[tuple[str | None, float], ...] = keyword(
+        (),
+        kind="tolerances",
+        gate=True,
+        metavar="[KIND=]X",
+        default_text="by policy and kind, see docs/gate.md",
+        help="Relative parity tolerance, times the largest |output|: an artifact passes when "
+        "max |diff| <= atol + rtol * max |output|. [KIND=]X as for --atol.",
+    )
+    baseline: Path | None = keyword(
+        None,
+        kind="path",
+        gate=True,
+        default_text="none",
+        help="An earlier run's report.json: fail when the converted metric is worse than its by more than "
+        "--max-regression.",
+    )
+    max_regression: float | None = keyword(
+        None,
+        kind="float",
+        minimum=0,
+        gate=True,
+        default_text=f"{DEFAULT_MAX_REGRESSION:g}",
+        help="Largest allowed worsening against --baseline, in the metric's units.",
+    )
+    # Smallest accepted float32 time / converted time; None: not judged.
+    min_speedup: float | None = keyword(
+        None,
+        kind="float",
+        minimum=0,
+        minimum_open=True,
+        gate=True,
+        metavar="X",
+        default_text="off",
+        help="Fail unless the converted model is at least X times as fast as float32 on the machine that "
+        "measured it (report.json's speed: the savedmodel path, else keras).",
+    )
 
     def __post_init__(self) -> None:
-        for name in ("max_drop", "max_regression"):
-            value = getattr(self, name)
-            _require(value is None or value >= 0, name, value, "a number >= 0 or None")
-        speedup = self.min_speedup
-        _require(speedup is None or speedup > 0, "min_speedup", speedup, "a number > 0 or None")
-        agreement = self.min_agreement
-        _require(agreement is None or 0 <= agreement <= 1, "min_agreement", agreement, "between 0 and 1, or None")
+        check_ranges(self)
         for name in ("atol", "rtol"):
             for kind, value in getattr(self, name):
-                _require(kind is None or kind in ARTIFACT_KINDS, name, kind, f"one of {', '.join(ARTIFACT_KINDS)}")
-                _require(value >= 0, name, value, "a number >= 0")
+                if not (kind is None or kind in ARTIFACT_KINDS):
+                    raise MpconvertError(
+                        f"{name} names an unknown artifact kind {kind!r}",
+                        hint=f"give a {name} for one of {', '.join(ARTIFACT_KINDS)}, or one number for every kind",
+                    )
+                if not value >= 0:
+                    raise MpconvertError(
+                        f"{name}={value!r} is invalid: it must be a number >= 0", hint=f"pass a {name} >= 0"
+                    )
 
 
 @dataclass(frozen=True)
@@ -232,8 +381,11 @@ class ConvertOptions:
     pad: PadOptions = PadOptions()
     gate: GateOptions = GateOptions()
     auto_keep: AutoKeepOptions = AutoKeepOptions()
-    # Time the converted model against the float32 original here (a few seconds).
-    speed: bool = True
+    speed: bool = keyword(
+        True,
+        kind="bool",
+        help="Time the converted model against float32 on this machine (a few seconds; report.json speed).",
+    )
 
     @property
     def precision(self) -> Precision:
@@ -259,3 +411,20 @@ def default_out_dir(model_path: Path, policy: str) -> Path:
     model_path = Path(model_path)
     stem = model_path.name if model_path.is_dir() else model_path.stem
     return model_path.absolute().parent / f"{stem}_{policy}"
+
+
+# Every option of a conversion, in the order --help and docs/options.md list
+# them; the export's and the gate's are also tables of their own (`check`
+# takes the gate's alone).
+CONVERSION_KEYWORDS: dict[str, Keyword] = table(
+    ValidateOptions,
+    RewriteOptions,
+    AutoKeepOptions,
+    FinetuneOptions,
+    PadOptions,
+    LoadOptions,
+    ConvertOptions,
+    GateOptions,
+)
+EXPORT_KEYWORDS: dict[str, Keyword] = table(ExportOptions)
+GATE_KEYWORDS: dict[str, Keyword] = table(GateOptions)

@@ -21,13 +21,13 @@ from typing import Any
 
 from . import interrupts
 from .artifacts import estimated_bytes, export_all
-from .autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
 from .configs import model_class, model_config
 from .context import Context
 from .data import EvalData, Split, Task, resolve_data
 from .finetune import StepCallback, finetune
 from .gate import Thresholds
 from .load import Loaded, load_model
+from .numerics.autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
 from .options import PARITY_SAMPLES, ConvertOptions, RewriteOptions, SaveOptions
 from .outdir import claimed_output, staged_output
 from .pad import PadPlan, pad, plan_model_padding
@@ -213,15 +213,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
                 speed = measure_speed(loaded.model, model, list(data.validation.inputs), signature=signature)
     report = Report(
         policy=precision.name,
-        source={
-            "path": str(options.load.path) if options.load.path else None,
-            "name": loaded.model.name,
-            "parameters": int(loaded.model.count_params()),
-            "format": loaded.format,
-            "loader": framework.name,
-            "inputs": [vars(s) for s in signature.inputs],
-            "outputs": [vars(s) for s in signature.outputs],
-        },
+        source=loaded.source(options.load.path),
         layers=rewritten.plan.as_dicts(),
         fidelity=rewritten.fidelity.as_dict() if rewritten.fidelity else None,
         validation=validation.as_dict(),

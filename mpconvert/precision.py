@@ -10,7 +10,9 @@ Pure Python: the gate builds one from a stored report without TensorFlow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from .errors import MpconvertError
 
@@ -32,7 +34,7 @@ class Precision:
     # needs loss scaling; bfloat16 has float32's range and does not.
     loss_scaling: bool
     # Artifact parity rtol by artifact kind (see gate.py for the measurements).
-    parity_rtol: dict[str, float]
+    parity_rtol: Mapping[str, float]  # read-only: the table is shared by every conversion
     # Padded vs unpadded model in 16 bits, relative to the output scale: a
     # wider layer may pick another kernel, which rounds differently by a few
     # units in the last place, never more.
@@ -67,7 +69,7 @@ FLOAT16 = Precision(
     resolution=2.0**-10,
     max_finite=65504.0,
     loss_scaling=True,
-    parity_rtol={"savedmodel": 2e-3, "keras": 2e-3, "onnx": 2e-2},
+    parity_rtol=MappingProxyType({"savedmodel": 2e-3, "keras": 2e-3, "onnx": 2e-2}),
     pad_tolerance=2e-3,
     onnx_elem_type=_ONNX_FLOAT16,
 )
@@ -77,7 +79,7 @@ BFLOAT16 = Precision(
     resolution=2.0**-7,
     max_finite=3.3895313892515355e38,
     loss_scaling=False,
-    parity_rtol={"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1},
+    parity_rtol=MappingProxyType({"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1}),
     pad_tolerance=2e-2,
     onnx_elem_type=_ONNX_BFLOAT16,
 )

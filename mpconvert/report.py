@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .gate import GateResult, Thresholds, evaluate
+from .schema import SCHEMA_VERSION
 from .writing import write_text
 
 EXIT_OK = 0
@@ -106,7 +107,7 @@ class Report:
 
     def as_dict(self) -> dict:
         gate = self.gate
-        return {"passed": gate.passed, **self._body(), "gate": gate.as_dict()}
+        return {"schema_version": SCHEMA_VERSION, "passed": gate.passed, **self._body(), "gate": gate.as_dict()}
 
     def write(self, folder: Path) -> Path:
         path = folder / REPORT_NAME

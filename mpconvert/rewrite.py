@@ -24,6 +24,9 @@ from typing import Any
 import numpy as np
 
 from .configs import (
+    INPUT_LAYER,
+    PROBABILITY_ACTIVATIONS,
+    SOFTMAX_ACTIVATIONS,
     activation_name,
     builtin_entry,
     entry_name,
@@ -40,10 +43,6 @@ from .options import RewriteOptions
 from .precision import SIXTEEN_BIT
 from .state import copy_model_state
 
-# Activations that turn logits into probabilities; their input must be
-# float32 at the model's end or the loss sees a 16-bit tensor.
-PROBABILITY_ACTIVATIONS = ("softmax", "log_softmax", "sigmoid")
-SOFTMAX_ACTIVATIONS = ("softmax", "log_softmax")
 MODEL_CLASSES = ("Functional", "Sequential", "Model")
 # Preprocessing layers that map values to ids, bins or counts: integer work
 # with nothing to gain from 16 bits, and tf-keras's CategoryEncoding cannot
@@ -163,7 +162,7 @@ class _Planner:
             self.container(config, cls, path + "/", is_output, reason)
             return
         if cls == "InputLayer":
-            return self.decide(path, cls, policy_name(config.get("dtype")) or "float32", "input layer")
+            return self.decide(path, cls, policy_name(config.get("dtype")) or "float32", INPUT_LAYER)
         if "dtype" not in config:
             # A plain operation (keras.ops / TF op) runs in its inputs' dtype,
             # so at a model output it needs a float32 cast after it.

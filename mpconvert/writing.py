@@ -98,6 +98,27 @@ def write_text(path: Path, text: str, what: str) -> None:
         Path(path).write_text(text)
 
 
+def replace_atomically(path: Path, data: bytes | str, what: str) -> None:
+    """Write `path` whole or not at all: into a hidden sibling, then renamed over it.
+
+    A reader (another process polling a worker's result, a batch run
+    reading batch.json) sees the old file or the new one, never half of one;
+    a failed write leaves no sibling behind and raises a WriteError.
+    """
+    path = Path(path)
+    content = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with writing(path, what, len(content)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(content)
+            os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
 @contextlib.contextmanager
 def reported_at(staging: Path, out: Path) -> Iterator[None]:
     """WriteErrors from inside a staging folder name the path the user asked for, not the hidden folder."""

@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # tiny_models lives beside the tests
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,9 +48,49 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--full"):
         return
-    import pytest
-
     skip = pytest.mark.skip(reason="end-to-end case for `make test-full`")
     for item in items:
         if "full" in item.keywords:
             item.add_marker(skip)
+
+
+def schema_problems(path: Path) -> list[str]:
+    """What breaks the shipped schema in a report.json or batch.json an mpconvert run wrote."""
+    import json
+
+    from mpconvert.schema import KNOWN_VERSIONS, problems
+
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []  # a test's deliberately corrupt file, or one being replaced
+    if not isinstance(document, dict) or document.get("schema_version") not in KNOWN_VERSIONS:
+        return []  # not written by mpconvert: a test's stand-in, or one of an unknown version on purpose
+    kind = "batch" if path.name == "batch.json" else "report"
+    return [f"{path}: {p}" for p in problems(document, kind)]
+
+
+def broken_reports(root: Path) -> list[str]:
+    found = [p for name in ("report.json", "batch.json") for p in root.rglob(name) if p.is_file()]
+    return [line for path in found for line in schema_problems(path)]
+
+
+@pytest.fixture(autouse=True)
+def reports_follow_the_schema(request):
+    """Every report.json and batch.json a test leaves in its tmp_path must validate against the shipped schema."""
+    yield
+    root = request.node.funcargs.get("tmp_path")
+    broken = broken_reports(root) if root is not None else []
+    if broken:
+        pytest.fail("reports that break the shipped schema:\n" + "\n".join(broken[:20]), pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The reports module-scoped fixtures wrote (under tmp_path_factory) are checked once, at the end."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    broken = broken_reports(factory.getbasetemp())
+    if broken:
+        print("\nreports that break the shipped schema:\n" + "\n".join(broken[:20]))
+        session.exitstatus = 1

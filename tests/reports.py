@@ -15,7 +15,14 @@ def make_report(**changes) -> dict:
     """
     report = {
         "policy": "mixed_float16",
-        "source": {"path": "models/net.keras", "format": "keras", "loader": "keras", "inputs": [], "outputs": []},
+        "source": {
+            "path": "models/net.keras",
+            "name": "net",
+            "format": "keras",
+            "loader": "keras",
+            "inputs": [],
+            "outputs": [],
+        },
         "layers": [
             {"name": "features", "class_name": "InputLayer", "policy": "float32", "pinned": "input layer"},
             {"name": "hidden", "class_name": "Dense", "policy": "mixed_float16", "pinned": None},
@@ -47,6 +54,8 @@ def make_report(**changes) -> dict:
                 "max_abs_ref": 2.0,
                 "runtime": "tensorflow",
                 "details": {},
+                "failed": False,
+                "reason": None,
             },
             {
                 "kind": "onnx",
@@ -56,6 +65,8 @@ def make_report(**changes) -> dict:
                 "max_abs_ref": 2.0,
                 "runtime": "onnxruntime",
                 "details": {},
+                "failed": False,
+                "reason": None,
             },
         ],
         "versions": {"python": "3.11"},

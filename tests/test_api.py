@@ -18,6 +18,7 @@ import tf_keras
 import tiny_models
 from click.testing import CliRunner
 from conftest import REPO, SAMPLES
+from reports import make_report, stored
 
 import mpconvert
 from mpconvert.cli import cli
@@ -94,22 +95,7 @@ def test_import_mpconvert_does_not_import_tensorflow():
 
 
 def test_check_rejudges_a_report_without_tensorflow(tmp_path):
-    report = {
-        "policy": "mixed_float16",
-        "source": {"path": "m.keras", "format": "keras", "loader": "keras"},
-        "layers": [{"name": "d", "class_name": "Dense", "policy": "mixed_float16", "pinned": None}],
-        "validation": {
-            "metric": "accuracy",
-            "reference": 0.95,
-            "converted": 0.94,
-            "drop": 0.01,
-            "agreement": 0.99,
-            "max_abs_diff": 0.01,
-            "rows": 100,
-            "nonfinite_outputs": 0,
-        },
-        "artifacts": [],
-    }
+    report = stored(make_report(validation={"reference": 0.95, "converted": 0.94, "drop": 0.01, "max_drop": 0.01}))
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
     code = (

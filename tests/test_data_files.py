@@ -143,12 +143,12 @@ def test_training_split_is_checked_like_validation(tmp_path):
 
 
 def test_member_larger_than_available_memory_is_refused(tmp_path, monkeypatch):
-    assert data._available_memory() > 0
+    assert data.available_memory() > 0
     path = write_npz(tmp_path / "data.npz", valid_arrays())  # x is 20 x 64 float32: 5120 bytes
-    monkeypatch.setattr(data, "_available_memory", lambda: 4096)
+    monkeypatch.setattr(data, "available_memory", lambda: 4096)
     error = refused(path, "'x'", "(20, 64)", "float32", "memory available")
     assert "smaller validation split" in error.hint
-    monkeypatch.setattr(data, "_available_memory", lambda: 5120)
+    monkeypatch.setattr(data, "available_memory", lambda: 5120)
     assert load_npz(path, SIGNATURE, TASK).validation.rows == 20
 
 

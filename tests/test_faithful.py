@@ -22,12 +22,12 @@ from mpconvert.data import EvalData, Split
 from mpconvert.errors import MpconvertError
 from mpconvert.fidelity import first_difference
 from mpconvert.frameworks import KERAS3, TF_KERAS
-from mpconvert.lint import lint
+from mpconvert.numerics.lint import lint
+from mpconvert.numerics.search import rank
 from mpconvert.options import RewriteOptions
 from mpconvert.pipeline import task_of
 from mpconvert.precision import Precision
 from mpconvert.rewrite import rewrite
-from mpconvert.search import rank
 from mpconvert.signature import signature_of
 from mpconvert.speed import activation_bytes
 from mpconvert.trace import trace

@@ -17,10 +17,11 @@ from junitparser import Failure, JUnitXml
 from reports import make_report, stored, thresholds, write
 
 from mpconvert.errors import MpconvertError
-from mpconvert.gate import Baseline, Thresholds, evaluate, load_baseline, read_report, stored_thresholds
+from mpconvert.gate import Baseline, Thresholds, evaluate
 from mpconvert.options import GateOptions
 from mpconvert.render import markdown, write_junit
 from mpconvert.report import Report
+from mpconvert.stored import load_baseline, read_report, stored_thresholds
 
 
 def checks_of(report, th=None) -> dict:
@@ -783,3 +784,13 @@ def test_ci_a_stopped_fine_tune_fails_the_gate(tmp_path):
     (failed,) = [c for c in report["gate"]["checks"] if not c["passed"]]
     assert failed["name"] == "fine-tune health" and "loss scale collapsed" in failed["message"]
     assert math.isclose(report["gate"]["thresholds"]["max_drop"], 1e30)
+
+
+def test_the_policy_tolerance_tables_cannot_be_changed_by_one_caller():
+    from mpconvert.precision import Precision
+
+    with pytest.raises(TypeError):
+        Precision.of("mixed_float16").parity_rtol["onnx"] = 9.0
+    thresholds = Thresholds.defaults("mixed_float16")
+    thresholds.rtol["onnx"] = 9.0  # a conversion's own copy
+    assert Precision.of("mixed_float16").parity_rtol["onnx"] == 0.02

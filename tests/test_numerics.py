@@ -14,7 +14,7 @@ import pytest
 from conftest import invoke
 
 from mpconvert.frameworks import KERAS3
-from mpconvert.lint import computes_in_float32, lint
+from mpconvert.numerics.lint import computes_in_float32, lint
 from mpconvert.precision import Precision
 
 FAST = ["--export", "savedmodel", "--finetune-steps", "0", "--pad-multiple", "0"]

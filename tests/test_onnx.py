@@ -357,7 +357,7 @@ def test_run_onnx_checks_feed_names_and_stays_quiet(tmp_path, capfd):
     model = small_model(keras, "float32", "dense")
     export = keras_to_onnx(model, spec(model), tmp_path / "m.onnx")
     capfd.readouterr()
-    run_mod.cuda_usable.cache_clear()
+    run_mod.provider_loads.cache_clear()
     run_onnx(export.path, {"x": batch(model)})
     # onnxruntime-gpu without CUDA would print a provider load error here.
     assert "CUDA" not in capfd.readouterr().err

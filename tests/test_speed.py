@@ -163,14 +163,14 @@ def test_a_dynamic_dimension_is_listed_not_guessed():
 def test_onnx_speed_times_the_file_against_a_float32_export(tmp_path, policy):
     import keras
 
-    from mpconvert.artifacts import _input_specs
+    from mpconvert.artifacts import input_specs
     from mpconvert.onnx.export import keras_to_onnx
     from mpconvert.onnx.run import cuda_usable
     from mpconvert.signature import signature_of
 
     original, model, rows = converted(keras, policy)
     path = tmp_path / "model.onnx"
-    keras_to_onnx(model, _input_specs(signature_of(model)), path)
+    keras_to_onnx(model, input_specs(signature_of(model)), path)
     timing = measure_onnx_speed(original, path, [rows], batch=BATCH, repeats=3, budget_s=0.1)
     assert timing.float32_ms > 0 and timing.runtime.startswith("onnxruntime:")
     assert list(tmp_path.iterdir()) == [path]  # the float32 export was temporary

@@ -9,22 +9,21 @@ checked before anything runs, and every problem is reported at once. Each
 from __future__ import annotations
 
 import difflib
-import inspect
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..api import conversion_options
+from ..api import conversion_options, export_options
 from ..data import is_callable_spec
 from ..errors import MpconvertError
 from ..load import detect_format
-from ..options import DEFAULT_OPSET, EXPORT_KINDS, ExportOptions
+from ..options import CONVERSION_KEYWORDS, DEFAULT_OPSET, EXPORT_KEYWORDS, EXPORT_KINDS
 from ..precision import POLICIES
 
-# Every keyword of a conversion, as the Python API and the manifest spell them.
-CONVERSION_KEYS = tuple(p for p in inspect.signature(conversion_options).parameters if p not in ("model", "policy"))
-EXPORT_KEYS = ("export", "opset", "bench_onnx")
+# Every keyword of a conversion and its export, as the Python API and the manifest spell them.
+CONVERSION_KEYS = tuple(CONVERSION_KEYWORDS)
+EXPORT_KEYS = tuple(EXPORT_KEYWORDS)
 OPTION_KEYS = ("policy", *CONVERSION_KEYS, *EXPORT_KEYS)
 MODEL_KEYS = ("path", "name", *OPTION_KEYS)
 # Options that name files: relative to the manifest, and hashed by content.
@@ -34,32 +33,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "path": (str,),
     "name": (str,),
     "policy": (str, list),
-    "data": (str,),
-    "keep_float32": (list, str),
-    "metric": (str,),
-    "max_drop": (int, float),
-    "min_agreement": (int, float),
-    "atol": (int, float, dict),
-    "rtol": (int, float, dict),
-    "baseline": (str,),
-    "max_regression": (int, float),
-    "finetune_steps": (int,),
-    "learning_rate": (int, float),
-    "batch_size": (int,),
-    "loss": (str,),
-    "seed": (int,),
-    "pad_multiple": (int,),
-    "max_pad_overhead": (int, float),
-    "unsafe_deserialization": (bool,),
-    "imports": (list, str),
-    "custom_objects": (),
-    "export": (list, str),
-    "opset": (int,),
-    "auto_keep": (str,),
-    "search_budget": (int, float),
-    "speed": (bool,),
-    "min_speedup": (int, float),
-    "bench_onnx": (bool,),
+    **{key: spec.toml_types() for key, spec in {**CONVERSION_KEYWORDS, **EXPORT_KEYWORDS}.items()},
 }
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 
@@ -101,7 +75,7 @@ def _check_types(where: str, table: dict, allowed: tuple[str, ...], problems: li
         if key not in allowed:
             near = difflib.get_close_matches(key.replace("-", "_"), allowed, n=1)
             problems.append(f"{where}: unknown key {key!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
-        elif key == "custom_objects":
+        elif not _TYPES[key]:  # custom_objects: Python objects, API only
             problems.append(f'{where}: custom_objects cannot be written in TOML; use imports = ["module"]')
         elif not isinstance(value, _TYPES[key]) or (isinstance(value, bool) and bool not in _TYPES[key]):
             kinds = " or ".join(
@@ -143,20 +117,19 @@ def _jobs_for(where: str, name: str, model: Path, given: str, options: dict, pro
     if bad:
         problems.append(f"{where}: unknown policy {bad[0]!r}; choose from {', '.join(POLICIES)}")
         policies = []  # the other options are still checked below, under a valid policy
-    export = tuple(_listed(options.pop("export", list(EXPORT_KINDS))))
-    opset = options.pop("opset", DEFAULT_OPSET)
-    bench_onnx = options.pop("bench_onnx", False)
+    export_keywords = {key: options.pop(key) for key in EXPORT_KEYS if key in options}
     for key in ("keep_float32", "imports"):
         if key in options:
             options[key] = tuple(_listed(options[key]))
     try:
-        ExportOptions(export, opset)
+        export = export_options(**export_keywords)
         conversion_options(model, POLICIES[0], **options)
     except MpconvertError as exc:
         problems.append(f"{where}: {exc.message}")
         return []
     return [
-        Job(name, model, policy, dict(options), export, opset, given, bench_onnx) for policy in dict.fromkeys(policies)
+        Job(name, model, policy, dict(options), export.kinds, export.opset, given, export.bench_onnx)
+        for policy in dict.fromkeys(policies)
     ]
 
 

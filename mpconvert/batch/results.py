@@ -7,13 +7,15 @@ anywhere.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import MpconvertError
+from ..gate import layer_counts
 from ..report import EXIT_FAILED, EXIT_GATE, EXIT_OK
-from ..validate import worse_by
+from ..schema import SCHEMA_VERSION, check_version
+from ..validate import within, worse_by
+from ..writing import replace_atomically
 
 BATCH_NAME = "batch.json"
 STATUSES = ("passed", "gate_failed", "error", "timed_out")
@@ -46,8 +48,7 @@ def entry(job: Any, key: str, report: dict, status: str, message: str, seconds: 
     """A converted job's entry, its numbers taken from its report.json."""
     item = _base(job, key, status, message, seconds)
     v = report["validation"]
-    layers = [layer for layer in report["layers"] if layer["policy"] and layer["pinned"] != "input layer"]
-    kept = sum(1 for layer in layers if layer["pinned"])
+    share = layer_counts(report).kept_share
     onnx = next((a for a in report["artifacts"] if a["kind"] == "onnx" and not a.get("failed")), None)
     parameters = report["source"].get("parameters")
     item.update(
@@ -55,7 +56,7 @@ def entry(job: Any, key: str, report: dict, status: str, message: str, seconds: 
         before=v["reference"],
         after=v["converted"],
         drop=v["drop"],
-        kept_float32_share=round(kept / len(layers), 4) if layers else None,
+        kept_float32_share=round(share, 4) if share is not None else None,
         # float32 weights take 4 bytes a parameter: the size the file would have in float32.
         onnx_bytes=onnx["bytes"] if onnx else None,
         onnx_vs_float32=round(onnx["bytes"] / (4 * parameters), 4) if onnx and parameters else None,
@@ -78,7 +79,7 @@ def failed_entry(job: Any, key: str, status: str, message: str, seconds: float) 
 
 
 def _apply_baseline(items: list[dict], baseline: dict, max_regression: float) -> None:
-    """The single-model baseline rule, per model: no worse than its previous result."""
+    """The single-model baseline rule (gate.py's: worse_by, then within), per model: no worse than before."""
     previous = {(m["name"], m["policy"]): m for m in baseline["models"]}
     for item in items:
         old = previous.get((item["name"], item["policy"]))
@@ -86,7 +87,7 @@ def _apply_baseline(items: list[dict], baseline: dict, max_regression: float) ->
             continue
         regression = worse_by(item["metric"], old["after"], item["after"])
         item["baseline"] = {"after": old["after"], "regression": round(regression, 6)}
-        if regression > max_regression + 1e-9 and item["status"] == "passed":
+        if not within(regression, max_regression) and item["status"] == "passed":
             item["status"] = "gate_failed"
             item["failed_checks"] = [*item["failed_checks"], "baseline regression"]
             item["message"] = (
@@ -120,6 +121,7 @@ def finish(root: Path, items: list[dict], elapsed: float, options: Any, workers:
     if baseline:
         _apply_baseline(items, baseline, options.max_regression)
     return {
+        "schema_version": SCHEMA_VERSION,
         "root": str(root),
         "shard": list(options.shard) if options.shard else None,
         "jobs": workers,
@@ -131,9 +133,7 @@ def finish(root: Path, items: list[dict], elapsed: float, options: Any, workers:
 
 
 def write_batch(path: Path, summary: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    replace_atomically(path, json.dumps(summary, indent=2, allow_nan=False) + "\n", "the batch summary")
 
 
 def read_batch(path: Path) -> dict:
@@ -152,6 +152,7 @@ def read_batch(path: Path) -> dict:
         raise MpconvertError(
             f"{path} is not an mpconvert batch.json", hint="give the batch.json an mpconvert batch wrote"
         )
+    check_version(summary, "batch summary", path, "give the batch.json an mpconvert batch of this version wrote")
     return summary
 
 
@@ -172,6 +173,7 @@ def merge(summaries: list[dict]) -> dict:
     # Shards run side by side: the batch took as long as the slowest shard.
     elapsed = max((s["totals"]["elapsed_seconds"] for s in summaries), default=0.0)
     return {
+        "schema_version": SCHEMA_VERSION,
         "root": None,
         "shard": None,
         "shards": [s["root"] for s in summaries],

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .. import interrupts
 from ..errors import MpconvertError
+from ..memory import available_memory
 from ..outdir import claimed_root, clear_dead_run
 from ..writing import writing
 from .key import job_key
@@ -49,20 +50,10 @@ class BatchOptions:
     max_regression: float = 0.0
 
 
-def _available_memory() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def default_jobs() -> int:
     """As many workers as there are cores, and no more than memory allows."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    memory = _available_memory()
+    memory = available_memory()
     by_memory = max(1, memory // _MEMORY_PER_JOB) if memory else cores
     return max(1, min(cores, by_memory))
 

@@ -24,7 +24,8 @@ import time
 import traceback
 from pathlib import Path
 
-from ..errors import MpconvertError
+from ..errors import failure_of
+from ..writing import replace_atomically
 
 RESULT_NAME = "batch_result.json"  # in each result folder: its key, written with it
 _PR_SET_PDEATHSIG = 1
@@ -48,23 +49,17 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2, allow_nan=False))
-    os.replace(tmp, path)
-
-
 def run(spec: dict) -> dict:
     """Convert one job; returns {status, message, exit_code}."""
-    from ..api import conversion_options
-    from ..options import ExportOptions, SaveOptions
+    from ..api import conversion_options, export_options
+    from ..options import SaveOptions
     from ..pipeline import convert_and_save
 
     options = conversion_options(spec["model"], spec["policy"], **spec["keywords"])
     stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}
     save = SaveOptions(
         Path(spec["out"]),
-        ExportOptions(tuple(spec["export"]), spec["opset"], bench_onnx=spec["bench_onnx"]),
+        export_options(export=spec["export"], opset=spec["opset"], bench_onnx=spec["bench_onnx"]),
         force=True,
         attachments=((RESULT_NAME, stamp),),
     )
@@ -78,7 +73,7 @@ def main(argv: list[str]) -> int:
     spec_path = Path(argv[0])
     spec = json.loads(spec_path.read_text())
     _die_with_parent(spec["parent"])
-    from ..cli_flags import silence_frameworks, unwind_on_sigterm
+    from ..cli.process import silence_frameworks, unwind_on_sigterm
 
     silence_frameworks()
     unwind_on_sigterm()  # a stopped batch stops its workers; they clean up like Ctrl-C
@@ -87,16 +82,15 @@ def main(argv: list[str]) -> int:
         result = run(spec)
     except KeyboardInterrupt:
         return 130
-    except MpconvertError as exc:
-        result = {"status": "error", "message": exc.message + (f" (fix: {exc.hint})" if exc.hint else "")}
-    except MemoryError:
-        result = {"status": "error", "message": "ran out of memory"}
     except Exception as exc:  # the model's failure, reported as the model's error
-        last = traceback.extract_tb(exc.__traceback__)[-1:]
-        where = f" at {last[0].filename}:{last[0].lineno}" if last else ""
-        result = {"status": "error", "message": f"unexpected {type(exc).__name__}: {exc}{where}"[:500]}
+        failure = failure_of(exc)
+        message = failure.one_line()
+        if failure.bug:  # where it happened, since the worker's traceback is not shown
+            last = traceback.extract_tb(exc.__traceback__)[-1:]
+            message += f" [at {last[0].filename}:{last[0].lineno}]" if last else ""
+        result = {"status": "error", "message": message[:500]}
     result["seconds"] = round(time.perf_counter() - started, 3)
-    _write_json(Path(spec["result"]), result)
+    replace_atomically(Path(spec["result"]), json.dumps(result, indent=2, allow_nan=False), "a worker's result")
     return 0
 
 

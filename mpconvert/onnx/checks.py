@@ -12,7 +12,7 @@ import contextlib
 
 import onnx
 
-from mpconvert.errors import MpconvertError
+from mpconvert.errors import MpconvertError, first_line
 from mpconvert.onnx.graph import fed_inputs, graphs, schema
 
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -111,7 +111,7 @@ def check(proto, model):
     try:
         onnx.checker.check_model(data, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        msg = str(exc).strip().splitlines()[0]
+        msg = first_line(exc, limit=1000)
         layer = next((layer_of(n.name, model) for n in proto.graph.node if n.name and n.name in msg), None)
         hint = "use --export savedmodel" + (f", or --keep-float32 {layer}" if layer else "")
         raise MpconvertError(f"the converted ONNX graph is invalid: {msg}", hint=hint) from exc

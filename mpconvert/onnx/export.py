@@ -47,7 +47,7 @@ from mpconvert.onnx.checks import check, check_inputs, layer_of, reject_unconver
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
 from mpconvert.options import DEFAULT_OPSET, check_opset
 from mpconvert.signature import signature_of
-from mpconvert.writing import writing
+from mpconvert.writing import replace_atomically
 
 
 @dataclass(frozen=True)
@@ -93,16 +93,7 @@ def keras_to_onnx(
         repairs.extend(repair(proto))
     data = check(proto, model)
 
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        with writing(path, "the ONNX file", len(data)):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(data)  # what onnx.save writes
-            os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
+    replace_atomically(path, data, "the ONNX file")  # the bytes onnx.save writes
 
     dtypes = Counter(TensorProto.DataType.Name(t.data_type) for t in proto.graph.initializer)
     return OnnxExport(
@@ -323,6 +314,11 @@ def _lean_tf2onnx():
         tf2onnx_graph.Graph.update_proto, tfonnx.resolve_functions = saved_update, resolve_all
 
 
+def _all_nodes(graph_def) -> list:
+    """A GraphDef's nodes and those of every function in its library."""
+    return [*graph_def.node, *(node for fn in graph_def.library.function for node in fn.node_def)]
+
+
 def pack_16bit_constants(graph_def):
     """Store 16-bit constants as raw bytes, as TF does other dtypes.
 
@@ -331,7 +327,7 @@ def pack_16bit_constants(graph_def):
     element with np.fromiter, and tf2onnx reads every constant twice: 3.5 s
     of ConvNeXtTiny's export. np.array reads the same field in milliseconds.
     """
-    for node in list(graph_def.node) + [n for fn in graph_def.library.function for n in fn.node_def]:
+    for node in _all_nodes(graph_def):
         if node.op != "Const" or "value" not in node.attr:
             continue
         tensor = node.attr["value"].tensor
@@ -359,14 +355,12 @@ def _drop_xla_markers(graph_def):
     def marked(attrs):
         return any(name in attrs and attrs[name].b for name in _XLA_MARKERS)
 
-    nodes = list(graph_def.node)
     for fn in graph_def.library.function:
-        nodes.extend(fn.node_def)
         if marked(fn.attr):
             # Only XLA's own _noinline: one the model's author set stays.
             for name in _XLA_MARKERS + ("_noinline",):
                 fn.attr.pop(name, None)
-    for node in nodes:
+    for node in _all_nodes(graph_def):
         if marked(node.attr):
             for name in _XLA_MARKERS + ("_noinline",):
                 node.attr.pop(name, None)
@@ -471,11 +465,8 @@ def tf2onnx_knows_bfloat16():
 
 def _graph_dtypes(graph_def):
     """Every TF dtype named in a GraphDef's node attributes, functions included."""
-    nodes = list(graph_def.node)
-    for fn in graph_def.library.function:
-        nodes.extend(fn.node_def)
     enums = set()
-    for node in nodes:
+    for node in _all_nodes(graph_def):
         for attr in node.attr.values():
             kind = attr.WhichOneof("value")
             if kind == "type":

@@ -53,18 +53,22 @@ class OnnxRun:
         return self.runtime
 
 
-@functools.cache
-def cuda_usable() -> bool:
-    """Whether ONNX Runtime's CUDA provider really loads here (cached).
+ORT_CPU, ORT_CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
-    onnxruntime-gpu lists CUDAExecutionProvider even without CUDA, then logs
-    a load error through its process-wide logger (whatever the session's
-    log level) and runs on CPU. The probe runs in a child process so that
-    text goes nowhere and this process's logger settings stay untouched.
+
+@functools.cache
+def provider_loads(provider: str) -> bool:
+    """Whether ONNX Runtime's `provider` really loads here (cached per provider).
+
+    onnxruntime-gpu lists CUDAExecutionProvider (and TensorRT) even without
+    CUDA, then logs a load error through its process-wide logger (whatever
+    the session's log level) and runs on CPU. The probe runs in a child
+    process so that text goes nowhere and this process's logger settings
+    stay untouched.
     """
     import onnxruntime as ort
 
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
+    if provider not in ort.get_available_providers():
         return False
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],
@@ -75,8 +79,7 @@ def cuda_usable() -> bool:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     probe = (
         "import sys, onnxruntime as ort\n"
-        "s = ort.InferenceSession(sys.stdin.buffer.read(),"
-        " providers=['CUDAExecutionProvider', 'CPUExecutionProvider'])\n"
+        f"s = ort.InferenceSession(sys.stdin.buffer.read(), providers=[{provider!r}, {ORT_CPU!r}])\n"
         "print(s.get_providers()[0])\n"
     )
     try:
@@ -89,10 +92,19 @@ def cuda_usable() -> bool:
         )
     except (OSError, subprocess.SubprocessError):
         return False
-    return result.returncode == 0 and result.stdout.decode().strip().endswith("CUDAExecutionProvider")
+    return result.returncode == 0 and result.stdout.decode().strip().endswith(provider)
 
 
-def _missing_kernel(exc) -> bool:
+def cuda_usable() -> bool:
+    return provider_loads(ORT_CUDA)
+
+
+def session_providers() -> list[str]:
+    """The providers a session here should ask for: CUDA where it really loads, then CPU."""
+    return [ORT_CUDA, ORT_CPU] if cuda_usable() else [ORT_CPU]
+
+
+def missing_kernel(exc) -> bool:
     from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
     return isinstance(exc, ort_state.NotImplemented) or "NOT_IMPLEMENTED" in str(exc)
@@ -120,7 +132,7 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
             hint="name the sample data after the model's inputs",
         )
 
-    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if cuda_usable() else ["CPUExecutionProvider"]
+    providers = session_providers()
     options = ort.SessionOptions()
     options.log_severity_level = 3  # else ORT warns about each node it puts on CPU
 
@@ -132,7 +144,7 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
         outputs, runtime = ort_run(proto.SerializeToString())
         return OnnxRun(outputs=outputs, runtime=runtime)
     except Exception as exc:
-        if not _missing_kernel(exc):
+        if not missing_kernel(exc):
             raise
 
     if emulate_16bit:
@@ -141,7 +153,7 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
             outputs, runtime = ort_run(promoted.SerializeToString())
             return OnnxRun(outputs=outputs, runtime=runtime, promoted_ops=ops)
         except Exception as exc:
-            if not _missing_kernel(exc):
+            if not missing_kernel(exc):
                 raise
 
     from onnx.reference import ReferenceEvaluator

@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..configs import CHANNEL_NORMALIZATION_LAYERS, SOFTMAX_ACTIVATIONS
 from ..options import PadOptions
 from .flops import GATES, flops
 from .graph import Layer, LayerGraph, Spaces
@@ -72,8 +73,6 @@ PRODUCERS = {
     "Embedding": "output_dim",
 }
 RECURRENT = frozenset(GATES)  # the recurrent layers whose cost mpconvert knows
-SOFTMAXES = ("softmax", "log_softmax")
-NORMALIZING = {"LayerNormalization", "GroupNormalization", "UnitNormalization", "RMSNormalization"}
 
 
 @dataclass(frozen=True)
@@ -187,7 +186,7 @@ def _join(layer: Layer, ch: Channels) -> None:
 
 def _is_softmax(layer: Layer) -> bool:
     cls = layer.class_name
-    return cls == "Softmax" or (cls == "Activation" and layer.config.get("activation") in SOFTMAXES)
+    return cls == "Softmax" or (cls == "Activation" and layer.config.get("activation") in SOFTMAX_ACTIVATIONS)
 
 
 def _softmax(layer: Layer, ch: Channels) -> None:
@@ -235,7 +234,7 @@ def _flatten(layer: Layer, ch: Channels) -> None:
 
 def _blocker(layer: Layer, ch: Channels) -> None:
     cls, name = layer.class_name, layer.name
-    if cls in NORMALIZING:
+    if cls in CHANNEL_NORMALIZATION_LAYERS:
         reason = f"feeds {cls} {name!r}, which normalizes across this axis"
     elif _is_softmax(layer):
         reason = f"feeds a softmax ({name!r}) across this axis"

@@ -85,7 +85,7 @@ def pad(
         failures.append(f"{precision.name} outputs differ by {sixteen} (> {precision.pad_tolerance * scale:g})")
     if failures:
         report["passed"] = False
-        report["reason"] = "padding changed the outputs: " + "; ".join(failures) + "; the unpadded model was exported"
+        report["reason"] = "padding changed the outputs: " + "; ".join(failures)
         return Padding(model, report)
     report["exported"] = "padded"
     return Padding(padded, report)

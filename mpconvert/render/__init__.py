@@ -22,8 +22,30 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..gate import PARITY
+from ..gate import PARITY, layer_counts
 from ..report import EXIT_GATE
+from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
+from .common import Live, console_for, format_bytes, format_number, row
+from .doctor import render_doctor
+
+__all__ = [
+    "BatchProgress",
+    "LiveDisplay",
+    "batch_markdown",
+    "batch_totals_line",
+    "describe_source",
+    "format_bytes",
+    "format_number",
+    "junit_xml",
+    "markdown",
+    "render_batch",
+    "render_doctor",
+    "render_inspection",
+    "render_summary",
+    "speed_line",
+    "write_batch_junit",
+    "write_junit",
+]
 
 NOT_WRITTEN = "(not written)"  # an artifact whose export failed
 FORMAT_NAMES = {"keras": ".keras file", "h5": ".h5 file", "savedmodel": "Keras SavedModel", "object": "in-memory model"}
@@ -37,34 +59,16 @@ def describe_source(source: dict) -> str:
     return f"{what} ({kind}, {LOADER_NAMES.get(source['loader'], source['loader'])})"
 
 
-def _console(stream: IO[str]) -> Console:
-    # Piped output (CI logs, `| grep`) gets whole rows rather than 80 columns.
-    return Console(file=stream, highlight=False, soft_wrap=True, width=None if stream.isatty() else 200)
-
-
 # --- the terminal -------------------------------------------------------------
-
-
-def format_number(value: float | None, digits: int = 4) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
-
-
-def format_bytes(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def render_summary(report: dict, stream: IO[str] | None = None, report_path: Path | None = None) -> None:
     """The terminal summary of a report's JSON form (as written, or re-checked)."""
-    console = _console(stream or sys.stdout)
+    console = console_for(stream or sys.stdout)
     console.print(f"[bold]mpconvert[/] {describe_source(report['source'])} -> {report['policy']}")
-    policy = report["policy"]
-    mixed = sum(1 for layer in report["layers"] if layer["policy"] == policy)
-    pinned = [layer for layer in report["layers"] if layer["pinned"] and layer["pinned"] != "input layer"]
-    console.print(f"  layers: {mixed} converted to {policy}, {len(pinned)} kept float32")
+    counts = layer_counts(report)
+    pinned = counts.kept
+    console.print(f"  layers: {counts.converted} converted to {report['policy']}, {len(pinned)} kept float32")
     for layer in pinned[:8]:
         console.print(f"    {layer['name']} ({layer['class_name']}): {layer['pinned']}")
     if len(pinned) > 8:
@@ -247,7 +251,7 @@ def _harm(v: dict, digits: int) -> str | None:
 
 def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
     """`mpconvert inspect`: the per-layer policy table, then the padding table."""
-    console = _console(stream or sys.stdout)
+    console = console_for(stream or sys.stdout)
     table = Table(title=f"{describe_source(inspection.source)} -> {inspection.policy}")
     for column in ("layer", "class", "policy", "kept float32 because"):
         table.add_column(column, no_wrap=True)
@@ -282,43 +286,7 @@ def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
 # --- progress while converting --------------------------------------------------
 
 
-class _Live:
-    """A rich progress display that exists only on an interactive terminal; quiet elsewhere."""
-
-    stderr = False  # which stream it draws on
-
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-        self.live = not quiet and (sys.stderr if self.stderr else sys.stdout).isatty()
-        self.progress = None
-        self.task = None
-
-    def columns(self) -> list:
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-
-        return [
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"),
-            TimeElapsedColumn(),
-        ]
-
-    def __enter__(self):
-        if self.live:
-            from rich.progress import Progress
-
-            console = Console(stderr=self.stderr)
-            self.progress = Progress(*self.columns(), console=console, transient=True)
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.progress:
-            self.progress.stop()
-
-
-class LiveDisplay(_Live):
+class LiveDisplay(Live):
     """Stage names and a fine-tuning progress bar."""
 
     def hooks(self):
@@ -386,15 +354,6 @@ def write_junit(report: dict, path: Path) -> None:
     junit_xml(report).write(str(path), pretty=True)
 
 
-def _cell(value: object) -> str:
-    # A "|" would end the table cell.
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _row(*cells: object) -> str:
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
-
-
 def markdown(report: dict) -> str:
     """A summary for a CI job page: metric, budget, artifacts and every check."""
     gate, v, policy = report["gate"], report["validation"], report["policy"]
@@ -409,9 +368,9 @@ def markdown(report: dict) -> str:
         ]
     else:
         lines += [
-            _row("metric", "float32", policy, "drop", "budget"),
+            row("metric", "float32", policy, "drop", "budget"),
             "| --- | ---: | ---: | ---: | ---: |",
-            _row(
+            row(
                 f"{v['metric']} ({v['rows']} samples)",
                 format_number(v["reference"]),
                 format_number(v["converted"]),
@@ -446,7 +405,7 @@ def markdown(report: dict) -> str:
     if report["artifacts"]:
         limits = parity_limits(gate)
         lines += [
-            _row("artifact", "size", "max abs diff", "limit", "checked with"),
+            row("artifact", "size", "max abs diff", "limit", "checked with"),
             "| --- | ---: | ---: | ---: | --- |",
         ]
         for art in report["artifacts"]:
@@ -454,18 +413,13 @@ def markdown(report: dict) -> str:
             limit = limits.get(art["kind"])
             limit = "n/a" if limit is None else f"{limit:.3g}"
             if art.get("failed"):
-                lines.append(_row(f"{art['kind']} {NOT_WRITTEN}", "-", "❌ **failed**", limit, art["reason"]))
+                lines.append(row(f"{art['kind']} {NOT_WRITTEN}", "-", "❌ **failed**", limit, art["reason"]))
                 continue
             lines.append(
-                _row(f"{art['kind']} (`{art['path']}`)", format_bytes(art["bytes"]), diff, limit, art["runtime"])
+                row(f"{art['kind']} (`{art['path']}`)", format_bytes(art["bytes"]), diff, limit, art["runtime"])
             )
         lines.append("")
-    lines += [_row("check", "result", "details"), "| --- | --- | --- |"]
+    lines += [row("check", "result", "details"), "| --- | --- | --- |"]
     for check in gate["checks"]:
-        lines.append(_row(check["name"], "✅ pass" if check["passed"] else "❌ **fail**", check["message"]))
+        lines.append(row(check["name"], "✅ pass" if check["passed"] else "❌ **fail**", check["message"]))
     return "\n".join(lines) + "\n"
-
-
-# The other renderings, under the same roof (after the helpers they use).
-from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit  # noqa: E402,F401
-from .doctor import render_doctor  # noqa: E402,F401

@@ -10,7 +10,7 @@ from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
 from rich.markup import escape
 from rich.table import Table
 
-from . import _cell, _console, _Live, _row, format_number
+from .common import Live, cell, console_for, format_number, row
 
 # --- batches ------------------------------------------------------------------
 
@@ -60,14 +60,14 @@ def batch_totals_line(summary: dict) -> str:
 
 def render_batch(summary: dict, stream: IO[str] | None = None, path: Path | None = None) -> None:
     """The fleet view: one row per model and policy, the problems, the totals."""
-    console = _console(stream or sys.stdout)
+    console = console_for(stream or sys.stdout)
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in _BATCH_COLUMNS:
         table.add_column(column)
     for m in summary["models"]:
-        row = _batch_row(m)
-        row[2] = _STATUS_MARK[m["status"]] + (" (reused)" if m["reused"] else "")
-        table.add_row(*[row[0], row[1], row[2], *map(escape, row[3:])])
+        cells = _batch_row(m)
+        cells[2] = _STATUS_MARK[m["status"]] + (" (reused)" if m["reused"] else "")
+        table.add_row(*[cells[0], cells[1], cells[2], *map(escape, cells[3:])])
     console.print(table)
     for m in summary["models"]:
         if m["message"]:
@@ -82,11 +82,11 @@ def render_batch(summary: dict, stream: IO[str] | None = None, path: Path | None
 def batch_markdown(summary: dict) -> str:
     verdict = "✅ PASSED" if summary["passed"] else "❌ FAILED"
     lines = [f"## mpconvert batch: {verdict}", "", batch_totals_line(summary) + ".", ""]
-    lines += [_row(*_BATCH_COLUMNS), "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [_row(*_batch_row(m)) for m in summary["models"]]
+    lines += [row(*_BATCH_COLUMNS), "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines += [row(*_batch_row(m)) for m in summary["models"]]
     problems = [m for m in summary["models"] if m["message"]]
     if problems:
-        lines += ["", *[f"- **{_cell(m['name'])} [{m['policy']}]**: {_cell(m['message'])}" for m in problems]]
+        lines += ["", *[f"- **{cell(m['name'])} [{m['policy']}]**: {cell(m['message'])}" for m in problems]]
     return "\n".join(lines) + "\n"
 
 
@@ -109,7 +109,7 @@ def write_batch_junit(summary: dict, path: Path) -> None:
     xml.write(str(path), pretty=True)
 
 
-class BatchProgress(_Live):
+class BatchProgress(Live):
     """Models done / failed / running, elapsed and an estimate of the rest."""
 
     stderr = True  # stdout may carry --json

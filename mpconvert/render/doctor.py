@@ -8,7 +8,7 @@ from typing import IO
 from rich.markup import escape
 from rich.table import Table
 
-from . import _console
+from .common import console_for
 
 # --- the doctor -----------------------------------------------------------------
 
@@ -21,7 +21,7 @@ def _bench_cell(entry: dict) -> str:
 
 def render_doctor(found: dict, stream: IO[str] | None = None) -> None:
     """`mpconvert doctor`: the hardware facts, the micro-benchmark table and the recommendation."""
-    console = _console(stream or sys.stdout)
+    console = console_for(stream or sys.stdout)
     hw = found["hardware"]
     console.print(f"[bold]mpconvert doctor[/]: TensorFlow runs on {escape(hw['device'])}")
     features = ", ".join(f"{name} {'yes' if has else 'no'}" for name, has in hw["cpu_features"].items())

@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from .context import Context
-from .options import MAX_SEARCH_SHARE
-from .rewrite import Plan, rebuild_with
-from .trace import Call, layer_at, trace
-from .validate import judge, predict
+from ..context import Context
+from ..options import MAX_SEARCH_SHARE
+from ..rewrite import Plan, rebuild_with
+from ..trace import Call, layer_at, trace
+from ..validate import judge, predict
 
 Verdict = Callable[[dict], bool]  # a trial's validation (JSON form) -> passes the gate's checks
 

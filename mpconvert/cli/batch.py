@@ -7,17 +7,9 @@ from pathlib import Path
 
 import click
 
-from ..cli_flags import (
-    Outputs,
-    Renderings,
-    conversion_flags,
-    debug_option,
-    gate_flags,
-    output_flags,
-    policy_option,
-    quiet_option,
-    run_action,
-)
+from .flags import conversion_flags, debug_option, gate_flags, output_flags, policy_option, quiet_option
+from .outputs import Outputs, Renderings
+from .process import run_action
 
 BATCH_EXIT_HELP = """\b
 Exit codes:
@@ -79,7 +71,7 @@ def batch_renderings() -> Renderings:
     help="Largest allowed worsening against --baseline.",
 )
 @conversion_flags(given_only=True, exclude=("baseline", "max_regression"))
-@gate_flags(stored=False, baseline=False)
+@gate_flags(stored=False, exclude=("baseline", "max_regression"))
 @output_flags("batch summary")
 @quiet_option
 @debug_option
@@ -109,9 +101,9 @@ def batch_command(
     outputs = Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
+        from ..batch.manifest import folder_jobs, load_manifest
+        from ..batch.runner import BatchOptions, parse_shard, run_batch
         from ..render import BatchProgress
-        from .manifest import folder_jobs, load_manifest
-        from .runner import BatchOptions, parse_shard, run_batch
 
         given = {**conversion, **({"policy": policy} if policy else {})}
         jobs_list = folder_jobs(source, given) if source.is_dir() else load_manifest(source, given)
@@ -148,7 +140,7 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
     outputs = Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
-        from .results import BATCH_NAME, merge, read_batch, write_batch
+        from ..batch.results import BATCH_NAME, merge, read_batch, write_batch
 
         merged = merge([read_batch(root) for root in roots])
         out.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,7 @@
 `mpconvert MODEL --policy mixed_float16` is the main job; other verbs
 (`inspect`, `check`, `batch`, `batch-merge`) are sub-commands. A first
 argument that is not a known verb is the model, so the bare form works as
-written. The flags themselves live in cli_flags.py.
+written. The flags themselves are derived in flags.py.
 """
 
 from __future__ import annotations
@@ -14,29 +14,37 @@ from pathlib import Path
 
 import click
 
-from .api import conversion_options, gate_options
-from .cli_flags import (
-    EXIT_CODES_HELP,
-    Outputs,
+from ..api import conversion_options, export_options, gate_options
+from ..options import EXPORT_KEYWORDS, SaveOptions, default_out_dir
+from ..precision import POLICIES
+from ..report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
+from .batch import batch_command, batch_merge_command
+from .doctor import doctor_command
+from .flags import (
     conversion_flags,
     debug_option,
+    flags_for,
     gate_flags,
-    import_option,
-    keep_option,
-    max_pad_overhead_option,
     model_argument,
     output_flags,
-    pad_multiple_option,
     policy_option,
     quiet_option,
-    run_action,
-    silence_frameworks,
-    unsafe_option,
-    unwind_on_sigterm,
 )
-from .options import ExportOptions, SaveOptions, default_out_dir
-from .precision import POLICIES
-from .report import REPORT_NAME
+from .outputs import Outputs
+from .process import run_action, silence_frameworks, unwind_on_sigterm
+
+EXIT_CODES_HELP = f"""\b
+Exit codes:
+  {EXIT_OK}  converted (or re-checked), and every gate check passed
+  {EXIT_FAILED}  the input, the conversion or the report failed (message on
+     stderr); nothing is written
+  {EXIT_USAGE}  usage error (bad option or value)
+  {EXIT_GATE}  converted (or re-checked), but a gate check failed: accuracy
+     drop, agreement, artifact parity (or an artifact that failed to
+     export), fine-tune health, baseline regression or speed (report.json,
+     --junit and --summary are still written and name the failing checks)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C; 143 for SIGTERM); nothing is written
+"""
 
 
 class _DefaultToConvert(click.Group):
@@ -65,12 +73,10 @@ def cli() -> None:
     """Convert float32 Keras models to mixed precision and export them."""
 
 
-def split_export(conversion: dict) -> tuple[dict, ExportOptions]:
-    """The conversion's keywords, and the export's options given beside them."""
-    keywords = dict(conversion)
-    fields = (("export", "kinds"), ("opset", "opset"), ("bench_onnx", "bench_onnx"))
-    export = {field: keywords.pop(key) for key, field in fields if key in keywords}
-    return keywords, ExportOptions(**export)
+def split_export(conversion: dict) -> tuple[dict, dict]:
+    """The conversion's keywords, and the export's keywords given beside them."""
+    keywords = {k: v for k, v in conversion.items() if k not in EXPORT_KEYWORDS}
+    return keywords, {k: v for k, v in conversion.items() if k in EXPORT_KEYWORDS}
 
 
 @cli.command("convert", epilog=EXIT_CODES_HELP, hidden=True)
@@ -90,12 +96,12 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
         raise click.UsageError("Missing option '--policy'.")
 
     def action() -> int:
-        from .pipeline import convert_and_save
-        from .render import LiveDisplay
+        from ..pipeline import convert_and_save
+        from ..render import LiveDisplay
 
         keywords, export = split_export(conversion)
         options = conversion_options(model, policy, **keywords)
-        save = SaveOptions(out or default_out_dir(model, policy), export, force)
+        save = SaveOptions(out or default_out_dir(model, policy), export_options(**export), force)
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
             report, written = convert_and_save(options, save, display.hooks())
         outputs.emit(report.as_dict(), written / REPORT_NAME)
@@ -107,43 +113,28 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
 @cli.command("inspect")
 @model_argument
 @click.option("--policy", type=click.Choice(POLICIES), default=POLICIES[0], show_default=True)
-@keep_option
-@click.option(
-    "--data", help="Calibration data for the numeric lint (as for the main command) [default: generated inputs]."
+@flags_for(
+    "keep_float32",
+    "data",
+    "auto_keep",
+    "pad_multiple",
+    "max_pad_overhead",
+    "imports",
+    "unsafe_deserialization",
+    help_text={
+        "data": "Calibration data for the numeric lint (as for the main command).",
+        "auto_keep": "off skips the numeric lint; lint and search run it.",
+    },
 )
-@click.option(
-    "--auto-keep",
-    type=click.Choice(("off", "lint", "search")),
-    default="search",
-    show_default=True,
-    help="off: skip the numeric lint.",
-)
-@pad_multiple_option
-@max_pad_overhead_option
-@import_option
-@unsafe_option
 @debug_option
-def inspect_command(
-    model, policy, keep_float32, data, auto_keep, pad_multiple, max_pad_overhead, imports, unsafe_deserialization, debug
-):
+def inspect_command(model, policy, debug, **keywords):
     """Print the per-layer plan for MODEL without converting it: policies, numeric lint and padding."""
 
     def action() -> int:
-        from .api import inspect
-        from .render import render_inspection
+        from ..api import inspect
+        from ..render import render_inspection
 
-        found = inspect(
-            model,
-            policy,
-            keep_float32=keep_float32,
-            pad_multiple=pad_multiple,
-            max_pad_overhead=max_pad_overhead,
-            unsafe_deserialization=unsafe_deserialization,
-            imports=imports,
-            data=data,
-            auto_keep=auto_keep,
-        )
-        render_inspection(found)
+        render_inspection(inspect(model, policy, **keywords))
         return 0
 
     sys.exit(run_action(debug, action))
@@ -151,7 +142,6 @@ def inspect_command(
 
 @cli.command("check", epilog=EXIT_CODES_HELP)
 @click.argument("report_file", metavar="REPORT", type=click.Path(path_type=Path))
-@click.option("--max-drop", type=click.FloatRange(min=0), help="Largest allowed metric drop. [default: the report's]")
 @gate_flags(stored=True)
 @output_flags()
 @quiet_option
@@ -166,8 +156,8 @@ def check_command(report_file, junit, summary, as_json, quiet, debug, **threshol
 
     def action() -> int:
         # No TensorFlow on this path: a re-check takes a fraction of a second.
-        from .api import recheck
-        from .gate import read_report
+        from ..api import recheck
+        from ..stored import read_report
 
         report = recheck(read_report(report_file), gate_options(**thresholds))
         outputs.emit(report.as_dict(), report_file)
@@ -175,9 +165,6 @@ def check_command(report_file, junit, summary, as_json, quiet, debug, **threshol
 
     sys.exit(run_action(debug, action))
 
-
-from .batch.commands import batch_command, batch_merge_command  # noqa: E402  (they use the helpers above)
-from .doctor import doctor_command  # noqa: E402
 
 cli.add_command(doctor_command)
 cli.add_command(batch_command)

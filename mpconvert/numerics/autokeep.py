@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .configs import model_class, model_config
-from .context import Context
-from .gate import Thresholds, check_accuracy, check_agreement
+from ..configs import model_class, model_config
+from ..context import Context
+from ..gate import Thresholds, check_accuracy, check_agreement
+from ..options import LINT_ROWS, AutoKeepOptions, RewriteOptions
+from ..rewrite import Plan, Rewritten, plan_conversion
 from .lint import Lint, lint
-from .options import LINT_ROWS, AutoKeepOptions, RewriteOptions
-from .rewrite import Plan, Rewritten, plan_conversion
 from .search import Search, search
 
 

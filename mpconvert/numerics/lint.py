@@ -32,9 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .frameworks import Framework
-from .precision import Precision
-from .trace import trace
+from ..configs import NORMALIZATION_LAYERS
+from ..frameworks import Framework
+from ..precision import Precision
+from ..trace import trace
 
 # An activation above half the format's maximum is flagged: unseen rows can
 # be twice as large as calibration rows without anyone noticing.
@@ -51,13 +52,6 @@ LARGE_VALUE = 1.0
 EXACT_INTEGERS = {"float16": 2048, "bfloat16": 256}
 # The smallest positive value each format holds (float16's subnormal 2**-24).
 SMALLEST = {"float16": 2.0**-24, "bfloat16": 9.2e-41}
-_NORMALIZING = (
-    "BatchNormalization",
-    "LayerNormalization",
-    "GroupNormalization",
-    "RMSNormalization",
-    "UnitNormalization",
-)
 
 
 @dataclass(frozen=True)
@@ -214,10 +208,10 @@ def lint(
             for value in _floats(call.outputs):
                 _lint_input(name, value, precision, flag_readers)
             continue
-        normalizing = cls in _NORMALIZING and computes_in_float32(framework, cls, precision.name)
+        normalizing = cls in NORMALIZATION_LAYERS and computes_in_float32(framework, cls, precision.name)
         if call.index == 0:  # what the layer holds is the same on every call
             _lint_held(call.layer, name, cls, precision, normalizing, flag)
-        if cls in _NORMALIZING and not normalizing:
+        if cls in NORMALIZATION_LAYERS and not normalizing:
             seen = first_output.get(call.sources[0]) if call.sources else None
             square = _largest(_floats([seen] if seen is not None else [])) ** 2
             if square > limit:

@@ -1,0 +1,191 @@
+"""Click options, derived from the options' keyword declarations (options.py).
+
+A conversion's flag is its Python API keyword with dashes, so a command
+hands what click parsed to `api.conversion_options` as it is. Help text,
+ranges and defaults come from the declaration, so the CLI, the API, the
+manifest and docs/options.md cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import click
+
+from ..keywords import Keyword
+from ..options import ARTIFACT_KINDS, CONVERSION_KEYWORDS, EXPORT_KEYWORDS, EXPORT_KINDS, GATE_KEYWORDS
+from ..precision import POLICIES
+
+
+def parse_exports(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in EXPORT_KINDS]
+    if unknown or not kinds:
+        raise click.BadParameter(f"{value!r}: choose from {', '.join(EXPORT_KINDS)}, comma-separated")
+    return kinds
+
+
+def parse_tolerances(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]):
+    """`X` (every artifact kind) or `KIND=X`, repeatable -> ((kind or None, X), ...)."""
+    parsed = []
+    for value in values:
+        kind, sep, number = value.rpartition("=")
+        if sep and kind not in ARTIFACT_KINDS:
+            raise click.BadParameter(
+                f"{value!r}: unknown artifact kind {kind!r}; choose from {', '.join(ARTIFACT_KINDS)}"
+            )
+        try:
+            x = float(number)
+        except ValueError:
+            x = math.nan
+        if not (math.isfinite(x) and x >= 0):
+            raise click.BadParameter(f"{value!r}: expected X or KIND=X with X a number >= 0, e.g. 1e-3 or onnx=0.05")
+        parsed.append((kind or None, x))
+    return tuple(parsed)
+
+
+def _number_type(spec: Keyword) -> click.ParamType:
+    ranged = click.IntRange if spec.kind == "int" else click.FloatRange
+    if spec.minimum is None and spec.maximum is None:
+        return click.INT if spec.kind == "int" else click.FLOAT
+    return ranged(spec.minimum, spec.maximum, min_open=spec.minimum_open)
+
+
+def default_help(spec: Keyword, stored: bool = False) -> str:
+    """The `[default: ...]` a flag's help ends with: the declared default, or what None means."""
+    if stored and spec.gate:
+        return "[default: the report's]"
+    if spec.default_text:
+        return f"[default: {spec.default_text}]"
+    if spec.default in (None, ()) or spec.default is False:
+        return ""
+    shown = ",".join(spec.default) if isinstance(spec.default, tuple) else spec.default
+    if spec.kind == "bool":
+        shown = f"--{spec.name.replace('_', '-')}"
+    return f"[default: {shown}]"
+
+
+def option_for(spec: Keyword, stored: bool = False, help_text: str | None = None):
+    """The click option of one keyword, under the keyword's own name."""
+    flag = spec.cli_flag
+    kwargs: dict = {"help": " ".join(filter(None, (help_text or spec.help, default_help(spec, stored))))}
+    if spec.metavar:
+        kwargs["metavar"] = spec.metavar
+    if spec.kind == "bool":
+        if spec.default:
+            flag = f"{flag}/--no-{flag[2:]}"
+            kwargs["default"] = True
+        else:
+            kwargs["is_flag"] = True
+    elif spec.kind in ("int", "float"):
+        kwargs["type"] = _number_type(spec)
+        if spec.default is not None:
+            kwargs["default"] = spec.default
+    elif spec.kind == "strings":
+        kwargs["multiple"] = True
+    elif spec.kind == "kinds":
+        kwargs["default"] = ",".join(spec.default)
+        kwargs["callback"] = parse_exports
+    elif spec.kind == "tolerances":
+        kwargs["multiple"] = True
+        kwargs["callback"] = parse_tolerances
+    elif spec.kind == "path":
+        kwargs["type"] = click.Path(path_type=Path)
+    elif spec.choices:
+        kwargs["type"] = click.Choice(spec.choices)
+        if spec.default is not None:
+            kwargs["default"] = spec.default
+    return click.option(flag, spec.name, **kwargs)
+
+
+def _apply(command, options: Iterable):
+    for option in reversed(list(options)):
+        command = option(command)
+    return command
+
+
+def keyword_flags(specs: Iterable[Keyword], stored: bool = False, help_text: dict[str, str] | None = None):
+    """A decorator adding one flag per keyword (API-only keywords have none)."""
+    overrides = help_text or {}
+    options = [option_for(s, stored, overrides.get(s.name)) for s in specs if s.on_command_line]
+    return lambda command: _apply(command, options)
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+
+# The conversion's and the export's flags, without the gate's (gate_flags adds those).
+CONVERSION_FLAG_KEYWORDS = {
+    **{k: s for k, s in CONVERSION_KEYWORDS.items() if not s.gate},
+    **EXPORT_KEYWORDS,
+}
+
+
+def conversion_flags(given_only: bool = False, exclude: tuple[str, ...] = ()):
+    """The main command's conversion and export flags, passed to the command as one `conversion` dict.
+
+    With given_only (batch defaults), only flags given on the command line
+    are in it, so they do not override a manifest with click's defaults.
+    The gate's flags, added by gate_flags, join the same dict; `exclude`
+    names flags the command keeps for itself (batch's --baseline).
+    """
+    names = [n for n in (*CONVERSION_FLAG_KEYWORDS, *GATE_KEYWORDS) if n not in exclude]
+
+    def decorate(command):
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            ctx = click.get_current_context()
+            conversion = {}
+            for name in names:
+                if name not in kwargs:
+                    continue
+                value = kwargs.pop(name)
+                if not given_only or _given(ctx, name):
+                    conversion[name] = value
+            return command(conversion=conversion, **kwargs)
+
+        return keyword_flags(CONVERSION_FLAG_KEYWORDS.values())(wrapper)
+
+    return decorate
+
+
+def gate_flags(stored: bool, exclude: tuple[str, ...] = ()):
+    """The gate's thresholds, for `convert`, `check` (stored=True: absent keeps the report's) and `batch`."""
+    return keyword_flags([s for k, s in GATE_KEYWORDS.items() if k not in exclude], stored)
+
+
+def flags_for(*names: str, help_text: dict[str, str] | None = None):
+    """Some conversion keywords' flags, for a command that takes only those (inspect)."""
+    return keyword_flags([CONVERSION_KEYWORDS[n] for n in names], help_text=help_text)
+
+
+model_argument = click.argument("model", type=click.Path(path_type=Path))
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks and framework logs.")
+quiet_option = click.option(
+    "--quiet", "-q", is_flag=True, help="Print nothing but errors (and what --json or --summary - ask for)."
+)
+policy_option = click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    help="mixed_float16 (NVIDIA Tensor Cores) or mixed_bfloat16 (TPU, bf16 CPUs).",
+)
+
+
+def output_flags(what: str = "report"):
+    """--junit, --summary and --json: what to write once a result exists."""
+    options = [
+        click.option(
+            "--junit",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Write a JUnit XML file, one test case per " + ("check." if what == "report" else "model and policy."),
+        ),
+        click.option("--summary", metavar="FILE|-", help="Write a Markdown summary (for a CI job page); - for stdout."),
+        click.option(
+            "--json", "as_json", is_flag=True, help=f"Print the {what} as JSON on stdout, and nothing else there."
+        ),
+    ]
+    return lambda command: _apply(command, options)

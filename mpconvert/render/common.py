@@ -1,0 +1,70 @@
+"""What every rendering shares: the console, number formats, Markdown table cells, the live progress base."""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+from rich.console import Console
+
+
+def console_for(stream: IO[str]) -> Console:
+    # Piped output (CI logs, `| grep`) gets whole rows rather than 80 columns.
+    return Console(file=stream, highlight=False, soft_wrap=True, width=None if stream.isatty() else 200)
+
+
+def format_number(value: float | None, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def format_bytes(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cell(value: object) -> str:
+    # A "|" would end the table cell.
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def row(*cells: object) -> str:
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
+
+
+class Live:
+    """A rich progress display that exists only on an interactive terminal; quiet elsewhere."""
+
+    stderr = False  # which stream it draws on
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.live = not quiet and (sys.stderr if self.stderr else sys.stdout).isatty()
+        self.progress = None
+        self.task = None
+
+    def columns(self) -> list:
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        return [
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+        ]
+
+    def __enter__(self):
+        if self.live:
+            from rich.progress import Progress
+
+            console = Console(stderr=self.stderr)
+            self.progress = Progress(*self.columns(), console=console, transient=True)
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress:
+            self.progress.stop()

@@ -1,0 +1,79 @@
+"""The timer, and one call of a model through a path, as the measurements time it."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..signature import Signature
+
+SPEED_PATHS = ("keras", "savedmodel")
+# Timing per path: both models take turns, median of up to REPEATS runs
+# after one warm-up call (the trace; later calls of a traced function took
+# the same time here), fewer when a run is slow (at least 3), to spend about
+# BUDGET_S. Dense(4096)x2 at batch 256 took 240-700 ms a run on the 2 shared
+# cores here, so it gets 3-6 runs; a small MLP gets all 10 in milliseconds.
+REPEATS = 10
+BUDGET_S = 3.0
+
+
+def median_ms(
+    runs: dict[str, Callable[[], object]], *, repeats: int = REPEATS, budget_s: float | None = None, warmup: int = 2
+) -> dict[str, float]:
+    """The median wall time of each callable, in milliseconds.
+
+    The callables take turns (a b a b ...), so load from other processes on
+    a shared machine falls on all of them alike. After the warm-ups (tracing,
+    allocation) one round is timed; with `budget_s`, the remaining rounds
+    are cut to what fits in it, but at least 3 are run. Each callable must
+    return only when its work is done (fetch a result to the host).
+    """
+    for run in runs.values():
+        for _ in range(warmup):
+            run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    rounds = repeats
+    done = 0
+    while done < rounds:
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+        done += 1
+        if done == 1 and budget_s is not None:
+            one_round = sum(t[0] for t in times.values())
+            rounds = max(3, min(repeats, int(budget_s / max(one_round, 1e-9))))
+    return {name: statistics.median(t) * 1000 for name, t in times.items()}
+
+
+def rounded_ms(value: float) -> float:
+    # Rounded once, before the ratio is taken, so that the report's ratio is
+    # exactly its float32_ms / converted_ms.
+    return round(value, 3)
+
+
+def fetch(outputs: Any) -> None:
+    # Copy the outputs to the host: a GPU returns before it has finished.
+    import tensorflow as tf
+
+    for tensor in tf.nest.flatten(outputs):
+        tensor.numpy()
+
+
+def path_runner(path: str, model: Any, signature: Signature, feeds: list) -> Callable[[], None]:
+    """One call of `model` on `feeds` through `path`, traced once."""
+    import tensorflow as tf
+
+    from ..artifacts import input_specs, serving_fn
+
+    if path == "keras":
+        fn = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
+    elif path == "savedmodel":
+        # What the exported SavedModel's signature runs, traced in memory:
+        # the same function write_savedmodel hands to the export archive.
+        fn = tf.function(serving_fn(model, signature), input_signature=input_specs(signature))
+    else:
+        raise ValueError(f"unknown speed path {path!r}; known: {', '.join(SPEED_PATHS)}")
+    return lambda: fetch(fn(*feeds))

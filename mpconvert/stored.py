@@ -1,0 +1,98 @@
+"""An earlier run's report.json read back: for `mpconvert check`, `--baseline` and the API's `check`.
+
+No TensorFlow: a re-check takes a fraction of a second. A file that is not
+an mpconvert report, or one of a schema version this mpconvert does not
+know, is refused with a message naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import MpconvertError
+from .gate import Baseline, Thresholds
+from .options import DEFAULT_MAX_DROP
+from .precision import POLICIES
+from .schema import check_version
+
+# What makes a JSON file an mpconvert report: the keys the gate reads.
+_REPORT_KEYS = ("policy", "source", "layers", "validation", "artifacts")
+_VALIDATION_KEYS = (
+    "metric",
+    "reference",
+    "converted",
+    "drop",
+    "agreement",
+    "max_abs_diff",
+    "rows",
+    "nonfinite_outputs",
+)
+
+
+def read_report(path: Path, role: str = "report") -> dict:
+    """A report.json (or the output folder holding one) as a dict, or a clear error."""
+    path = Path(path)
+    if path.is_dir() and (path / "report.json").is_file():
+        path = path / "report.json"
+    hint = "give the report.json that an mpconvert run wrote into its output folder"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise MpconvertError(f"{role} {path} not found", hint=hint) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MpconvertError(f"cannot read {role} {path}: {exc}", hint=hint) from None
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MpconvertError(f"{role} {path} is not valid JSON ({exc})", hint=hint) from None
+    missing = [key for key in _REPORT_KEYS if key not in report] if isinstance(report, dict) else list(_REPORT_KEYS)
+    if not missing and isinstance(report["validation"], dict):
+        missing = [f"validation.{key}" for key in _VALIDATION_KEYS if key not in report["validation"]]
+    if missing:
+        raise MpconvertError(f"{role} {path} is not an mpconvert report (it has no {', '.join(missing)})", hint=hint)
+    check_version(report, role, path, hint)
+    if report["policy"] not in POLICIES:
+        raise MpconvertError(f"{role} {path} has an unknown policy {report['policy']!r}", hint=hint)
+    return report
+
+
+def load_baseline(path: Path, metric: str | None) -> Baseline:
+    """An earlier run's numbers, refused unless they measure the same metric as this run."""
+    report = read_report(path, "baseline")
+    v = report["validation"]
+    if v["metric"] is None or v["converted"] is None:
+        raise MpconvertError(
+            f"baseline {path} measured no metric (that run had no labelled --data)",
+            hint="use as baseline a run with --data, like this one",
+        )
+    if metric is None:
+        raise MpconvertError(
+            "--baseline compares metrics, but this run measures none (no labelled data)",
+            hint="pass --data with labels, as the baseline run did",
+        )
+    if v["metric"] != metric:
+        raise MpconvertError(
+            f"baseline {path} measured {v['metric']}, this run measures {metric}: they cannot be compared",
+            hint=f"compare runs that measure the same metric (--metric {v['metric']} on both)",
+        )
+    return Baseline(str(path), v["metric"], v["converted"], report["policy"], report["source"].get("path", ""))
+
+
+def stored_thresholds(report: dict) -> Thresholds:
+    """The thresholds a stored report was judged by.
+
+    A report without a gate section gets its policy's defaults and the budget
+    its validation used.
+    """
+    stored = report.get("gate", {}).get("thresholds")
+    if stored is None:
+        # Reports from before the gate section kept the budget with the validation.
+        return Thresholds.defaults(report["policy"], report["validation"].get("max_drop", DEFAULT_MAX_DROP))
+    try:
+        return Thresholds.from_dict(stored)
+    except (TypeError, AttributeError) as exc:
+        raise MpconvertError(
+            f"the report's gate.thresholds cannot be read ({exc})",
+            hint="restore the report.json as mpconvert wrote it, or rerun the conversion",
+        ) from None

@@ -1,0 +1,126 @@
+"""Options are declared once: the flags, the API keywords, the manifest keys and the docs come from one table."""
+
+import inspect as introspect
+import re
+
+import keras
+import pytest
+import tiny_models
+from conftest import REPO, invoke
+
+import mpconvert
+from mpconvert.api import conversion_options, export_options, gate_options
+from mpconvert.batch import manifest
+from mpconvert.options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
+from mpconvert.render.options_doc import options_markdown
+
+COMMANDS = ("convert", "inspect", "check", "batch", "batch-merge", "doctor")
+FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]+)")
+
+
+def help_flags(command: str) -> set[str]:
+    result = invoke(command, "--help")
+    assert result.exit_code == 0, result.output
+    options = result.output.split("Options:", 1)[1]
+    # The flag column only: help text mentions other flags ("--max-regression").
+    return {f for line in options.splitlines() for f in FLAG.findall(line[:34])}
+
+
+def documented_text() -> str:
+    return "\n".join(p.read_text() for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+
+
+def test_docs_options_is_generated_from_the_declarations():
+    assert (REPO / "docs" / "options.md").read_text() == options_markdown(), "run `make docs`"
+
+
+def test_every_flag_in_any_help_is_documented_and_every_documented_flag_exists():
+    in_help = set().union(*(help_flags(c) for c in COMMANDS))
+    assert {"--keep-float32", "--min-speedup", "--import", "--no-speed", "--shard", "--json"} <= in_help
+    docs = documented_text()
+    undocumented = sorted(f for f in in_help if f"`{f}" not in docs and f"{f}`" not in docs)
+    assert not undocumented, f"flags in --help but not in README.md or docs/: {undocumented}"
+    documented = set(FLAG.findall((REPO / "docs" / "options.md").read_text()))
+    assert documented <= in_help | {"--help", "--version"}, sorted(documented - in_help)
+
+
+def test_each_declared_keyword_is_a_flag_of_the_main_command_and_a_manifest_key():
+    main = help_flags("convert")
+    for name, spec in {**CONVERSION_KEYWORDS, **EXPORT_KEYWORDS}.items():
+        assert (spec.cli_flag in main) == spec.on_command_line, name
+        assert name in manifest.OPTION_KEYS, name
+    check = help_flags("check")
+    assert {s.cli_flag for s in GATE_KEYWORDS.values()} <= check
+    assert "--data" not in check  # check re-judges a report; it takes only thresholds
+
+
+def test_signatures_list_the_declared_keywords_with_their_defaults():
+    params = introspect.signature(conversion_options).parameters
+    assert list(params)[:2] == ["model", "policy"]
+    assert set(params) - {"model", "policy"} == set(CONVERSION_KEYWORDS)
+    assert params["pad_multiple"].default == 8 and params["auto_keep"].default == "search"
+    assert set(introspect.signature(gate_options).parameters) == set(GATE_KEYWORDS)
+
+
+def test_one_keyword_fills_every_field_that_declares_it():
+    options = conversion_options("m.keras", "mixed_float16", seed=7, finetune_steps=3, pad_multiple=16, atol=0.5)
+    assert options.validate.seed == 7 and options.finetune.seed == 7
+    assert options.finetune.steps == 3 and options.pad.multiple == 16
+    assert options.gate.atol == ((None, 0.5),)
+    assert options.load.source == "m.keras" and options.rewrite.policy == "mixed_float16"
+    assert export_options(export="savedmodel").kinds == ("savedmodel",)
+    assert export_options(export=["onnx"], opset=13).opset == 13
+
+
+@pytest.mark.parametrize(
+    "call,needle",
+    [
+        (lambda: mpconvert.convert("m.keras", "mixed_float16", pad_multiples=8), "did you mean 'pad_multiple'"),
+        (lambda: mpconvert.check({}, max_drops=0.1), "did you mean 'max_drop'"),
+        (lambda: export_options(opsets=17), "did you mean 'opset'"),
+    ],
+)
+def test_an_unknown_keyword_names_the_nearest_one(call, needle):
+    with pytest.raises(mpconvert.MpconvertError) as caught:
+        call()
+    assert needle in caught.value.message and caught.value.hint
+
+
+@pytest.mark.parametrize(
+    "flag,keyword,value,rule",
+    [
+        ("--pad-multiple", "pad_multiple", -8, "an integer >= 0 (0 turns padding off)"),
+        ("--learning-rate", "learning_rate", 0, "a number > 0"),
+        ("--min-agreement", "min_agreement", 1.5, "between 0 and 1 or None"),
+        ("--search-budget", "search_budget", 0, "a number > 0 (seconds)"),
+    ],
+)
+def test_the_cli_and_the_api_refuse_the_same_values(tmp_path, flag, keyword, value, rule):
+    path = tmp_path / "m.keras"
+    tiny_models.mlp(keras).save(path)
+    result = invoke(path, "--policy", "mixed_float16", flag, value, "--out", tmp_path / "o")
+    assert result.exit_code == 2 and flag in result.output
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(mpconvert.MpconvertError) as caught:
+        conversion_options(path, "mixed_float16", **{keyword: value})
+    assert caught.value.message == f"{keyword}={value!r} is invalid: it must be {rule}"
+
+
+def test_the_manifest_takes_each_key_with_its_declared_toml_type(tmp_path):
+    model = tmp_path / "m.keras"
+    tiny_models.mlp(keras).save(model)
+    (tmp_path / "batch.toml").write_text(
+        '[defaults]\npolicy = "mixed_float16"\npad_multiple = "8"\nspeed = 1\nbench_onnx = true\n'
+        'export = "savedmodel"\nkeep_float32 = "dense"\n[[model]]\npath = "m.keras"\n'
+    )
+    with pytest.raises(mpconvert.MpconvertError) as caught:
+        manifest.load_manifest(tmp_path / "batch.toml")
+    assert "pad_multiple = '8' must be a number" in caught.value.message
+    assert "speed = 1 must be true/false" in caught.value.message
+    (tmp_path / "batch.toml").write_text(
+        '[defaults]\npolicy = "mixed_float16"\npad_multiple = 16\nbench_onnx = true\n'
+        'export = "savedmodel"\nkeep_float32 = "dense"\n[[model]]\npath = "m.keras"\n'
+    )
+    (job,) = manifest.load_manifest(tmp_path / "batch.toml")
+    assert job.export == ("savedmodel",) and job.bench_onnx is True
+    assert job.keywords["pad_multiple"] == 16 and job.keywords["keep_float32"] == ("dense",)
