@@ -210,7 +210,7 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
 def recheck(stored: dict, options: GateOptions):
     """A stored report judged again with `options` over its own thresholds (a Report)."""
     from .report import Report
-    from .stored import stored_thresholds
+    from .stored import measured_of, stored_thresholds
 
-    thresholds = stored_thresholds(stored).overridden(options, stored["validation"]["metric"])
+    thresholds = stored_thresholds(stored).overridden(options, measured_of(stored))
     return Report.from_dict(stored, thresholds)

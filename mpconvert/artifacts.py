@@ -23,7 +23,7 @@ import numpy as np
 from .errors import MpconvertError, WriteError
 from .frameworks import Framework
 from .options import ExportOptions
-from .signature import Signature
+from .signature import Signature, output_list
 from .validate import max_abs_diff, predict
 from .writing import writing
 
@@ -42,6 +42,8 @@ class Artifact:
     details: dict
     failed: bool = False  # writing or re-checking it raised an MpconvertError
     reason: str | None = None  # why it failed, with the fix
+    # Several outputs: {output name: {max_abs_diff, max_abs_ref}}, each judged on its own scale.
+    outputs: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -70,8 +72,7 @@ def serving_fn(model: Any, signature: Signature):
     names = [spec.name for spec in signature.outputs]
 
     def serve(*inputs):
-        outputs = model(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        outputs = output_list(model, model(list(inputs) if len(inputs) > 1 else inputs[0], training=False))
         return dict(zip(names, outputs))
 
     return serve
@@ -106,8 +107,19 @@ def run_savedmodel(path: Path, signature: Signature, inputs: list[np.ndarray]) -
     return [result[k].numpy() for k in keys], dtypes
 
 
-def _artifact(kind: str, path: Path, expected: list, got: list, runtime: str, details: dict) -> Artifact:
-    return Artifact(kind, path.name, _size(path), max_abs_diff(expected, got), _max_abs(expected), runtime, details)
+def _artifact(
+    kind: str, path: Path, expected: list, got: list, runtime: str, details: dict, signature: Signature
+) -> Artifact:
+    """An artifact's parity over all outputs; with several outputs, each one's too (by name)."""
+    outputs = None
+    if len(signature.outputs) > 1:
+        outputs = {
+            spec.name: {"max_abs_diff": max_abs_diff([e], [g]), "max_abs_ref": _max_abs([e])}
+            for spec, e, g in zip(signature.outputs, expected, got)
+        }
+    return Artifact(
+        kind, path.name, _size(path), max_abs_diff(expected, got), _max_abs(expected), runtime, details, outputs=outputs
+    )
 
 
 def export_all(
@@ -132,7 +144,11 @@ def export_all(
         )
         if framework.is_keras3:
             writers.append(
-                ("keras", out / "model.keras", lambda path: _keras_file(model, framework, path, rows, expected))
+                (
+                    "keras",
+                    out / "model.keras",
+                    lambda path: _keras_file(model, framework, signature, path, rows, expected),
+                )
             )
     if "onnx" in options.kinds:
         writers.append(
@@ -188,13 +204,15 @@ def _savedmodel(model: Any, framework: Framework, signature: Signature, path: Pa
     got, details = run_savedmodel(path, signature, rows)
     if not framework.is_keras3:
         _check_tf_keras_policies_survive(framework, path, model)
-    return _artifact("savedmodel", path, expected, got, "tensorflow", details)
+    return _artifact("savedmodel", path, expected, got, "tensorflow", details, signature)
 
 
-def _keras_file(model: Any, framework: Framework, path: Path, rows: list[np.ndarray], expected) -> Artifact:
+def _keras_file(
+    model: Any, framework: Framework, signature: Signature, path: Path, rows: list[np.ndarray], expected
+) -> Artifact:
     model.save(str(path))
     reloaded = framework.module.models.load_model(str(path), compile=False)
-    return _artifact("keras", path, expected, predict(reloaded, rows), "keras", {})
+    return _artifact("keras", path, expected, predict(reloaded, rows), "keras", {}, signature)
 
 
 def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> None:
@@ -229,4 +247,5 @@ def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], 
         "emulated_16bit_ops": list(run.promoted_ops),
         "ran_as_written": run.native,
     }
-    return _artifact("onnx", path, expected, run.outputs, run.checked_with, details)
+    got = run.by_name([spec.name for spec in signature.outputs])
+    return _artifact("onnx", path, expected, got, run.checked_with, details, signature)

@@ -20,8 +20,15 @@ class Context:
     original: Any  # the float32 model: read, never modified
     framework: Framework
     signature: Signature
-    task: Task
-    metric: str
+    tasks: tuple[Task, ...]  # one per output, in the signature's order
+    metrics: tuple[str, ...]  # the metric each output is scored by (when it has labels)
     data: EvalData
     precision: Precision
     saved_loss: Any = None  # the loss the model was compiled with, if stored
+
+    def __post_init__(self) -> None:
+        # One output's task and metric may be given as they are.
+        if isinstance(self.tasks, Task):
+            object.__setattr__(self, "tasks", (self.tasks,))
+        if isinstance(self.metrics, str):
+            object.__setattr__(self, "metrics", (self.metrics,) * len(self.tasks))

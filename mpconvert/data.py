@@ -1,18 +1,19 @@
 """Labelled data from an `.npz` file, checked against the model before use.
 
-Format: `x` and `y` for a single-input model; for several inputs one array
-per input, named after the input, plus `y`. Optional `x_train`/`y_train`
-(or `<input>_train`) are training splits for fine-tuning. Every problem is
-reported with the key and the expected shape, before anything is written.
+Format: `x` and `y` for a single-input, single-output model; for several
+inputs one array per input, named after the input; for several outputs one
+label array per output, `y_<output name>`, any of which may be left out (an
+unlabelled output is compared with the original, not scored). Optional
+`x_train`/`y_train` (or `<input>_train`, `y_<output>_train`) are training
+splits for fine-tuning. Every problem is reported with the key and the
+expected shape, before anything is written.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
+import hashlib
 import re
-import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,14 @@ from typing import Any
 import numpy as np
 
 from .errors import MpconvertError
-from .memory import available_memory
+from .npz import SMALLER_SPLIT, open_npz
 from .signature import Signature, TensorSpec
 from .usercode import import_module
 
 
 @dataclass(frozen=True)
 class Task:
-    """What the first model output means, which decides metric and labels."""
+    """What one model output means, which decides its metric and labels."""
 
     kind: str  # "softmax", "sigmoid" or "regression"
     output: TensorSpec
@@ -56,19 +57,68 @@ class Task:
 @dataclass(frozen=True)
 class Split:
     inputs: tuple[np.ndarray, ...]
-    labels: np.ndarray | None
+    # One entry per model output, in the signature's order; None where that
+    # output has no labels (all None for generated inputs).
+    labels: tuple[np.ndarray | None, ...]
+
+    def __post_init__(self) -> None:
+        if self.labels is None or isinstance(self.labels, np.ndarray):  # one output's labels, or none
+            object.__setattr__(self, "labels", (self.labels,))
 
     @property
     def rows(self) -> int:
         return len(self.inputs[0])
+
+    @property
+    def labelled(self) -> bool:
+        return any(y is not None for y in self.labels)
 
 
 @dataclass(frozen=True)
 class EvalData:
     validation: Split
     train: Split | None
-    source: str  # "npz" or "generated"
+    source: str  # "npz", "callable", "arrays" or "generated"
     path: str | None = None
+    overlap: dict | None = None  # validation rows also in training (see `overlap_of`); None without a train split
+
+
+def unlabelled(inputs: tuple[np.ndarray, ...] | list[np.ndarray], signature: Signature) -> Split:
+    return Split(tuple(inputs), (None,) * len(signature.outputs))
+
+
+def label_keys(signature: Signature, suffix: str = "") -> list[str]:
+    """The .npz keys of the labels: `y` for one output, `y_<output name>` for several."""
+    if len(signature.outputs) == 1:
+        return ["y" + suffix]
+    return [f"y_{spec.name}{suffix}" for spec in signature.outputs]
+
+
+def _row_digests(split: Split) -> list[bytes]:
+    """One digest per row over every input's values: equal rows, equal digests."""
+    flat = [np.ascontiguousarray(x).reshape(len(x), -1) for x in split.inputs]
+    return [hashlib.blake2b(b"".join(x[i].tobytes() for x in flat), digest_size=16).digest() for i in range(split.rows)]
+
+
+def overlap_of(validation: Split, train: Split | None) -> dict | None:
+    """How many validation rows also appear in the training split (exact copies), and repeats within validation.
+
+    Rows are compared on every input, by hashing their bytes. Fine-tuning on
+    rows the gate then judges makes the accuracy check judge memory, not
+    the conversion.
+    """
+    if train is None:
+        return None
+    seen = set(_row_digests(train))
+    digests = _row_digests(validation)
+    shared = sum(1 for d in digests if d in seen)
+    return {
+        "validation_rows": validation.rows,
+        "train_rows": train.rows,
+        "in_train": shared,
+        "share": shared / validation.rows,
+        "duplicates_within_validation": validation.rows - len(set(digests)),
+    }
 
 
 def input_keys(signature: Signature, suffix: str = "") -> list[str]:
@@ -77,23 +127,25 @@ def input_keys(signature: Signature, suffix: str = "") -> list[str]:
     return [spec.name + suffix for spec in signature.inputs]
 
 
-def resolve_data(spec: Any, signature: Signature, task: Task) -> EvalData | None:
+def resolve_data(spec: Any, signature: Signature, tasks: tuple[Task, ...] | Task) -> EvalData | None:
     """Labelled data in any form the CLI or the Python API accepts; None when none was given.
 
     A path (an .npz file), "module:function" (its result as below), or, from
     Python: (x, y) arrays, (train, validation) as a tuple of two such pairs
     (train may be None), a tf.data.Dataset of (x, y) for validation, or a
     (train, validation) tuple of Datasets. x is an array, or a list or dict
-    (by input name) of arrays for a model with several inputs.
+    (by input name) of arrays for a model with several inputs; y likewise a
+    dict by output name (or a list in output order) for several outputs.
     """
     if spec is None:
         return None
+    tasks = (tasks,) if isinstance(tasks, Task) else tasks
     if isinstance(spec, (str, Path)):
         if isinstance(spec, str) and is_callable_spec(spec):
-            return load_callable(spec, signature, task)
-        return load_npz(Path(spec), signature, task)
+            return load_callable(spec, signature, tasks)
+        return load_npz(Path(spec), signature, tasks)
     train, validation = _train_and_validation(spec)
-    return _from_parts("data", train, validation, signature, task, "arrays")
+    return _from_parts("data", train, validation, signature, tasks, "arrays")
 
 
 def _is_part(value: Any) -> bool:
@@ -114,22 +166,28 @@ def _train_and_validation(spec: Any) -> tuple[Any, Any]:
     )
 
 
-def load_npz(path: Path, signature: Signature, task: Task) -> EvalData:
-    with _open_npz(path) as arrays:
+def load_npz(path: Path, signature: Signature, tasks: tuple[Task, ...] | Task) -> EvalData:
+    tasks = (tasks,) if isinstance(tasks, Task) else tasks
+    with open_npz(path) as arrays:
         try:
-            return _eval_data(f"data file {path}", arrays, signature, task, "npz", str(path))
+            return _eval_data(f"data file {path}", arrays, signature, tasks, "npz", str(path))
         except MemoryError:
             # Checking converts the arrays (astype, isfinite), which needs
             # memory beside them; reading itself is guarded per key.
-            raise MpconvertError(f"ran out of memory while checking data file {path}", hint=_SMALLER_SPLIT) from None
+            raise MpconvertError(f"ran out of memory while checking data file {path}", hint=SMALLER_SPLIT) from None
 
 
 def _eval_data(
-    where: str, arrays: Mapping[str, np.ndarray], signature: Signature, task: Task, source: str, origin: str | None
+    where: str,
+    arrays: Mapping[str, np.ndarray],
+    signature: Signature,
+    tasks: tuple[Task, ...],
+    source: str,
+    origin: str | None,
 ) -> EvalData:
-    validation = _split(where, arrays, signature, task, "", required=True)
-    train = _split(where, arrays, signature, task, "_train", required=False)
-    return EvalData(validation, train, source, origin)
+    validation = _split(where, arrays, signature, tasks, "", required=True)
+    train = _split(where, arrays, signature, tasks, "_train", required=False)
+    return EvalData(validation, train, source, origin, overlap_of(validation, train))
 
 
 CALLABLE_FORM = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -140,7 +198,7 @@ def is_callable_spec(value: str) -> bool:
     return bool(CALLABLE_FORM.match(value)) and not Path(value).exists()
 
 
-def load_callable(spec: str, signature: Signature, task: Task) -> EvalData:
+def load_callable(spec: str, signature: Signature, tasks: tuple[Task, ...]) -> EvalData:
     """Data from a user function returning (train, validation).
 
     This imports and runs the user's own code, which is why it only happens
@@ -168,11 +226,17 @@ def load_callable(spec: str, signature: Signature, task: Task) -> EvalData:
             f"--data {spec} returned {type(result).__name__}, expected a pair (train, validation)",
             hint="return (train, validation), each (x, y) arrays or a tf.data.Dataset of (x, y); train may be None",
         )
-    return _from_parts(f"--data {spec}", result[0], result[1], signature, task, "callable", spec)
+    return _from_parts(f"--data {spec}", result[0], result[1], signature, tasks, "callable", spec)
 
 
 def _from_parts(
-    where: str, train, validation, signature: Signature, task: Task, source: str, origin: str | None = None
+    where: str,
+    train,
+    validation,
+    signature: Signature,
+    tasks: tuple[Task, ...],
+    source: str,
+    origin: str | None = None,
 ) -> EvalData:
     """EvalData from (x, y) pairs or Datasets, checked like an .npz's arrays."""
     if validation is None:
@@ -183,11 +247,13 @@ def _from_parts(
             continue
         x, y = _materialize(where, part, signature, suffix)
         arrays.update(zip(input_keys(signature, suffix), x))
-        arrays["y" + suffix] = y
-    return _eval_data(where, arrays, signature, task, source, origin)
+        which = "train" if suffix else "validation"
+        labels = _per_output(where, y, signature, which)
+        arrays.update({key: y for key, y in zip(label_keys(signature, suffix), labels) if y is not None})
+    return _eval_data(where, arrays, signature, tasks, source, origin)
 
 
-def _materialize(spec: str, part, signature: Signature, suffix: str) -> tuple[list[np.ndarray], np.ndarray]:
+def _materialize(spec: str, part, signature: Signature, suffix: str) -> tuple[list[np.ndarray], Any]:
     which = "train" if suffix else "validation"
     if hasattr(part, "as_numpy_iterator"):  # a tf.data.Dataset
         elements = list(part.as_numpy_iterator())
@@ -202,13 +268,40 @@ def _materialize(spec: str, part, signature: Signature, suffix: str) -> tuple[li
         batched = xs[0][0].ndim == len(signature.inputs[0].shape)
         join = np.concatenate if batched else np.stack
         x = [join([sample[i] for sample in xs]) for i in range(len(signature.inputs))]
-        return x, join([np.asarray(e[1]) for e in elements])
+        ys = [_per_output(spec, e[1], signature, which) for e in elements]
+        labels = [None if column[0] is None else join(column) for column in zip(*ys)]
+        return x, labels if len(signature.outputs) > 1 else labels[0]
     if not (isinstance(part, (tuple, list)) and len(part) == 2):
         raise MpconvertError(
             f"{spec}: the {which} part is {type(part).__name__}, expected (x, y) or a tf.data.Dataset",
             hint="return (train, validation), each as (x, y)",
         )
-    return _per_input(spec, part[0], signature, which), np.asarray(part[1])
+    return _per_input(spec, part[0], signature, which), part[1]
+
+
+def _per_output(spec: str, y, signature: Signature, which: str) -> list[np.ndarray | None]:
+    """Labels as one entry per output (None for an output without them): a dict by name, a list, or an array."""
+    names = [s.name for s in signature.outputs]
+    if len(names) == 1:
+        if isinstance(y, dict):
+            y = y.get(names[0], next(iter(y.values()), None)) if len(y) == 1 else y.get(names[0])
+        return [None if y is None else np.asarray(y)]
+    if isinstance(y, dict):
+        unknown = [k for k in y if k not in names]
+        if unknown:
+            raise MpconvertError(
+                f"{spec}: the {which} labels name an output {unknown[0]!r} the model does not have",
+                hint=f"key the labels by output name: {', '.join(names)}",
+            )
+        return [None if y.get(n) is None else np.asarray(y[n]) for n in names]
+    if isinstance(y, (list, tuple)) and len(y) == len(names):
+        return [None if a is None else np.asarray(a) for a in y]
+    raise MpconvertError(
+        f"{spec}: the model has {len(names)} outputs ({', '.join(names)}), but the {which} labels are "
+        f"{type(y).__name__}" + (f" of {len(y)}" if isinstance(y, (list, tuple)) else ""),
+        hint="give a dict of labels by output name (outputs without labels may be left out), "
+        "or a list with one entry per output",
+    )
 
 
 def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarray]:
@@ -226,139 +319,46 @@ def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarra
     return [np.asarray(x)]
 
 
-_SMALLER_SPLIT = "store a smaller validation split, e.g. a few thousand rows"
-_NPY_HEADER_READERS = {
-    (1, 0): np.lib.format.read_array_header_1_0,
-    (2, 0): np.lib.format.read_array_header_2_0,
-}
-
-
-@contextlib.contextmanager
-def _open_npz(path: Path) -> Iterator[_NpzArrays]:
-    if not path.is_file():
-        raise MpconvertError(f"data file not found: {path}", hint="pass an existing .npz file with --data")
-    try:
-        archive = zipfile.ZipFile(path)
-    except Exception as exc:  # any failure to parse the zip directory is the file's
-        raise _unreadable(path, exc) from exc
-    with archive:
-        yield _NpzArrays(path, archive)
-
-
-class _NpzArrays(Mapping):
-    """The arrays of an open .npz by key, each read only when looked up.
-
-    Keys come from the zip directory (members are `KEY.npy`, as np.savez
-    writes them), so listing or testing keys reads no data and members that
-    are never looked up are never decompressed. Nothing is cached: a looked-up
-    array is freed as soon as the caller drops it.
-    """
-
-    def __init__(self, path: Path, archive: zipfile.ZipFile):
-        self._path = path
-        self._archive = archive
-        self._members = {name.removesuffix(".npy"): name for name in archive.namelist()}
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._members)
-
-    def __len__(self) -> int:
-        return len(self._members)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._members  # Mapping's default would read the array
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        info = self._archive.getinfo(self._members[key])
-        shape, dtype = self._checked_header(key, info)
-        try:
-            with self._archive.open(info) as fp:
-                # allow_pickle=False: an .npz can carry pickled objects, which
-                # would run code on load; labelled data never needs them.
-                return np.lib.format.read_array(fp, allow_pickle=False)
-        except MemoryError:
-            raise MpconvertError(
-                f"ran out of memory reading {key!r} {shape} {dtype} from {self._path}", hint=_SMALLER_SPLIT
-            ) from None
-        except Exception as exc:  # zlib, CRC, EOF, ...: whatever a damaged member raises
-            raise _unreadable(self._path, exc) from exc
-
-    def _checked_header(self, key: str, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype]:
-        """The member's declared shape and dtype, refused before any data is read
-        if the data could not be there or could not fit in memory."""
-        try:
-            with self._archive.open(info) as fp:
-                version = np.lib.format.read_magic(fp)
-                if version not in _NPY_HEADER_READERS:
-                    raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
-                shape, _, dtype = _NPY_HEADER_READERS[version](fp)
-                header_bytes = fp.tell()
-        except Exception as exc:  # a bad header, or a damaged zip entry
-            raise _unreadable(self._path, exc) from exc
-        declared = f"{key!r} declares shape {shape} {dtype}"
-        if dtype.hasobject:
-            raise MpconvertError(
-                f"{self._path} holds object arrays ({key!r}), which could only be read by unpickling them",
-                hint="save plain numeric arrays, e.g. np.savez(path, x=x.astype('float32'), y=y)",
-            )
-        size = math.prod(shape) * dtype.itemsize
-        stored = info.file_size - header_bytes
-        if size > stored:
-            raise MpconvertError(
-                f"data file {self._path}: {declared} ({_bytes(size)}) but holds only {_bytes(stored)}: "
-                "the file is truncated or its header does not match its data",
-                hint="write the file again with np.savez or np.savez_compressed",
-            )
-        available = available_memory()
-        if available is not None and size > available:
-            raise MpconvertError(
-                f"data file {self._path}: {declared} ({_bytes(size)}), "
-                f"more than the {_bytes(available)} of memory available",
-                hint=_SMALLER_SPLIT,
-            )
-        return shape, dtype
-
-
-def _bytes(n: int) -> str:
-    """Like "64.0 TiB", in integers: a header may declare more than a float holds."""
-    units = ("KiB", "MiB", "GiB", "TiB")
-    power = min(len(units), max(0, (n.bit_length() - 1) // 10))
-    if power == 0:
-        return f"{n} bytes"
-    tenths = n * 10 >> (10 * power)
-    return f"{tenths // 10}.{tenths % 10} {units[power - 1]}"
-
-
-def _unreadable(path: Path, exc: Exception) -> MpconvertError:
-    return MpconvertError(
-        f"cannot read data file {path}: {exc}",
-        hint="write it with np.savez or np.savez_compressed",
-    )
-
-
 def _split(
-    where: str, arrays: Mapping[str, np.ndarray], signature: Signature, task: Task, suffix: str, required: bool
+    where: str,
+    arrays: Mapping[str, np.ndarray],
+    signature: Signature,
+    tasks: tuple[Task, ...],
+    suffix: str,
+    required: bool,
 ) -> Split | None:
     keys = input_keys(signature, suffix)
-    label_key = "y" + suffix
-    present = [k for k in keys + [label_key] if k in arrays]
+    labels_at = label_keys(signature, suffix)
+    several = len(labels_at) > 1
+    present = [k for k in keys + labels_at if k in arrays]
     if not present and not required:
         return None
-    missing = [k for k in keys + [label_key] if k not in arrays]
+    expected = ", ".join(f"{k} {s.describe()}" for k, s in zip(keys, signature.inputs))
+    wanted = f"labels {labels_at[0]} with one row per sample" if not several else "labels " + ", ".join(labels_at)
+    missing = [k for k in keys if k not in arrays] + ([] if several else [k for k in labels_at if k not in arrays])
+    if several and not any(k in arrays for k in labels_at):
+        missing.append(labels_at[0])
     if missing:
-        expected = ", ".join(f"{k} {s.describe()}" for k, s in zip(keys, signature.inputs))
-        raise MpconvertError(
-            f"{where} has no key {missing[0]!r} (it has: {', '.join(sorted(arrays)) or 'nothing'})",
-            hint=f"the model expects {expected} and labels {label_key} with one row per sample",
-        )
-    inputs = tuple(_check_input(where, key, arrays[key], spec) for key, spec in zip(keys, signature.inputs))
-    labels = _check_labels(where, label_key, arrays[label_key], task)
-    for key, array in zip(keys, inputs):
-        if len(array) != len(labels):
-            raise MpconvertError(
-                f"{where}: {key!r} has {len(array)} rows but {label_key!r} has {len(labels)}",
-                hint="inputs and labels need one row per sample",
+        found = f"it has: {', '.join(sorted(arrays)) or 'nothing'}"
+        plain = "y" + suffix
+        hint = f"the model expects {expected} and {wanted}"
+        if several and plain in arrays:
+            hint = (
+                f"the model has {len(labels_at)} outputs, so its labels are named after them "
+                f"({', '.join(labels_at)}; any may be left out), not {plain!r}"
             )
+        raise MpconvertError(f"{where} has no key {missing[0]!r} ({found})", hint=hint)
+    inputs = tuple(_check_input(where, key, arrays[key], spec) for key, spec in zip(keys, signature.inputs))
+    labels = tuple(
+        _check_labels(where, key, arrays[key], task) if key in arrays else None for key, task in zip(labels_at, tasks)
+    )
+    for key, array in zip(keys, inputs):
+        for label_key, y in zip(labels_at, labels):
+            if y is not None and len(array) != len(y):
+                raise MpconvertError(
+                    f"{where}: {key!r} has {len(array)} rows but {label_key!r} has {len(y)}",
+                    hint="inputs and labels need one row per sample",
+                )
     return Split(inputs, labels)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from .configs import model_config
 from .context import Context
-from .data import Split, Task
+from .data import Task
 from .errors import MpconvertError
 from .frameworks import Framework
 from .options import FinetuneOptions
@@ -64,6 +64,9 @@ class Finetune:
     learning_rate: float
     batch_size: int
     seed: int
+    # Several outputs: {output name: {metric, before, after}} for each labelled one
+    # (the fields above are the first's); None for one output.
+    outputs: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -97,8 +100,17 @@ def resolve_loss(framework: Framework, requested: str | None, saved: Any, task: 
     return framework.loss_function(name), f"{name} (default for a {task.kind} output)"
 
 
-def training_split(task: Task, train: Split, loss_name: str) -> Split:
-    """`train` with the labels the loss compares with the model's output.
+def saved_loss_for(saved: Any, index: int, name: str) -> Any:
+    """One output's loss from what the model was compiled with: one loss, a list by output, or a dict by name."""
+    if isinstance(saved, (list, tuple)):
+        return saved[index] if index < len(saved) else None
+    if isinstance(saved, dict) and "class_name" not in saved:
+        return saved.get(name)
+    return saved
+
+
+def training_labels(task: Task, labels: np.ndarray, loss_name: str) -> np.ndarray:
+    """An output's training labels as its loss compares them with the output.
 
     Class ids for a Dense(k > 1, "sigmoid") output (scored by argmax) become
     one-hot rows for any loss but a sparse one: binary cross-entropy, the
@@ -107,33 +119,51 @@ def training_split(task: Task, train: Split, loss_name: str) -> Split:
     There are no logits to give a sparse softmax loss instead: the model ends
     in the sigmoid.
     """
-    if task.kind != "sigmoid" or task.scored_by(train.labels).kind != "softmax" or "sparse" in loss_name:
-        return train
-    return Split(train.inputs, np.eye(task.output.shape[-1], dtype=np.float32)[train.labels])
+    if task.kind != "sigmoid" or task.scored_by(labels).kind != "softmax" or "sparse" in loss_name:
+        return labels
+    return np.eye(task.output.shape[-1], dtype=np.float32)[labels]
 
 
 class _Batches:
-    """Deterministic mini-batches: a fresh seeded permutation per epoch."""
+    """Deterministic mini-batches (inputs, the trained outputs' labels): a fresh seeded permutation per epoch."""
 
-    def __init__(self, split: Split, batch_size: int, seed: int):
-        self.split = split
-        self.batch_size = min(batch_size, split.rows)
+    def __init__(self, inputs: tuple[np.ndarray, ...], labels: list[np.ndarray], batch_size: int, seed: int):
+        self.inputs, self.labels = inputs, labels
+        rows = len(inputs[0])
+        self.rows = rows
+        self.batch_size = min(batch_size, rows)
         self.rng = np.random.default_rng(seed)
         self.order: np.ndarray = np.empty(0, dtype=np.int64)
 
-    def next(self) -> tuple[list[np.ndarray], np.ndarray]:
+    def next(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         if len(self.order) < self.batch_size:
-            self.order = np.concatenate([self.order, self.rng.permutation(self.split.rows)])
+            self.order = np.concatenate([self.order, self.rng.permutation(self.rows)])
         take, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
-        return [x[take] for x in self.split.inputs], self.split.labels[take]
+        return [x[take] for x in self.inputs], [y[take] for y in self.labels]
 
 
 class Trainer:
-    """One model, one optimizer, and a traced gradient step."""
+    """One model, one optimizer, and a traced gradient step.
 
-    def __init__(self, framework: Framework, model: Any, loss_fn: Any, learning_rate: float, loss_scaling: bool):
+    `loss_fn` is one loss, or one per trained output with `heads` the
+    outputs' indices (in the signature's order): the step minimizes their
+    sum, as Keras does for a model compiled with per-output losses.
+    """
+
+    def __init__(
+        self,
+        framework: Framework,
+        model: Any,
+        loss_fn: Any,
+        learning_rate: float,
+        loss_scaling: bool,
+        heads: tuple[int, ...] = (0,),
+    ):
         import tensorflow as tf
 
+        from .signature import output_list
+
+        losses = list(loss_fn) if isinstance(loss_fn, (list, tuple)) else [loss_fn]
         self.framework = framework
         self.model = model
         self.scaled = loss_scaling
@@ -145,9 +175,13 @@ class Trainer:
         @tf.function(reduce_retracing=True)
         def gradients(inputs, labels):
             with tf.GradientTape() as tape:
-                outputs = model(inputs if len(inputs) > 1 else inputs[0], training=True)
-                outputs = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
-                loss = tf.reduce_mean(tf.cast(loss_fn(labels, outputs), tf.float32))
+                outputs = output_list(model, model(inputs if len(inputs) > 1 else inputs[0], training=True))
+                loss = tf.add_n(
+                    [
+                        tf.reduce_mean(tf.cast(fn(y, outputs[head]), tf.float32))
+                        for fn, y, head in zip(losses, labels, heads)
+                    ]
+                )
                 if model.losses:
                     loss += tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
                 target = framework.scale_loss(self.optimizer, loss) if loss_scaling else loss
@@ -162,9 +196,9 @@ class Trainer:
         self._gradients = gradients
         self._apply = apply
 
-    def step(self, inputs: list[np.ndarray], labels: np.ndarray) -> tuple[float, bool]:
-        """Run one step; returns (loss, whether the update was applied)."""
-        loss, grads, finite = self._gradients(inputs, labels)
+    def step(self, inputs: list[np.ndarray], labels: np.ndarray | list[np.ndarray]) -> tuple[float, bool]:
+        """Run one step (labels: one array per trained output); returns (loss, whether the update was applied)."""
+        loss, grads, finite = self._gradients(inputs, labels if isinstance(labels, list) else [labels])
         finite = bool(finite)
         # A LossScaleOptimizer must see non-finite gradients: skipping them
         # and halving the scale is its job. Without loss scaling a NaN update
@@ -178,14 +212,14 @@ class Trainer:
 
 
 def _timed_float32_step(
-    framework: Framework, original: Any, loss_fn: Any, options: FinetuneOptions, batches: list
+    framework: Framework, original: Any, losses: list, heads: tuple[int, ...], options: FinetuneOptions, batches: list
 ) -> float:
     """Median train-step time of a float32 copy of the original, in ms.
 
     A copy, because the original's weights must never change.
     """
     copy = framework.rebuild(original, model_config(original))
-    trainer = Trainer(framework, copy, loss_fn, options.learning_rate, loss_scaling=False)
+    trainer = Trainer(framework, copy, losses, options.learning_rate, loss_scaling=False, heads=heads)
     trainer.step(*batches[0])  # traces
     times = []
     for inputs, labels in batches[1 : TIMED_STEPS + 1]:
@@ -221,40 +255,55 @@ def _health(step: int, loss: float, skipped: int, scale: float | None, precision
 
 def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None = None) -> Finetune:
     """Fine-tune `model` (the converted one) in place; the original is only read."""
-    framework, data, task, metric = context.framework, context.data, context.task, context.metric
+    framework, data = context.framework, context.data
     train = data.train
-    if train is None or train.labels is None:
+    if train is None or not train.labelled:
         raise MpconvertError(
             "fine-tuning needs training data, but the data has no x_train/y_train",
             hint="add x_train and y_train to the .npz, or pass --finetune-steps 0",
         )
     started = time.perf_counter()
     framework.set_seed(options.seed)
-    loss_fn, loss_name = resolve_loss(framework, options.loss, context.saved_loss, task)
-    train = training_split(task, train, loss_name)
+    names = [spec.name for spec in context.signature.outputs]
+    heads = tuple(i for i, y in enumerate(train.labels) if y is not None)
+    losses, loss_names, labels = [], [], []
+    for i in heads:
+        saved = saved_loss_for(context.saved_loss, i, names[i])
+        fn, name = resolve_loss(framework, options.loss, saved, context.tasks[i])
+        losses.append(fn)
+        loss_names.append(name if len(names) == 1 else f"{names[i]}: {name}")
+        labels.append(training_labels(context.tasks[i], train.labels[i], name))
     validation = data.validation
+    scored = [i for i, y in enumerate(validation.labels) if y is not None]
     before_weights = model.get_weights()
-    metric_before = metric_value(metric, task, predict(model, validation.inputs)[0], validation.labels)
 
-    batches = _Batches(train, options.batch_size, options.seed)
+    def metrics_now() -> dict[int, float]:
+        outputs = predict(model, validation.inputs)
+        return {i: metric_value(context.metrics[i], context.tasks[i], outputs[i], validation.labels[i]) for i in scored}
+
+    before = metrics_now()
+
+    batches = _Batches(train.inputs, labels, options.batch_size, options.seed)
     timing_batches = [batches.next() for _ in range(TIMED_STEPS + 1)]
-    float32_ms = _timed_float32_step(framework, context.original, loss_fn, options, timing_batches)
-    batches = _Batches(train, options.batch_size, options.seed)  # the same batches again
+    float32_ms = _timed_float32_step(framework, context.original, losses, heads, options, timing_batches)
+    batches = _Batches(train.inputs, labels, options.batch_size, options.seed)  # the same batches again
 
-    trainer = Trainer(framework, model, loss_fn, options.learning_rate, loss_scaling=context.precision.loss_scaling)
+    trainer = Trainer(
+        framework, model, losses, options.learning_rate, loss_scaling=context.precision.loss_scaling, heads=heads
+    )
     initial_scale = trainer.loss_scale()
     scales: list[float] = []
-    losses: list[float] = []
+    losses_seen: list[float] = []
     times: list[float] = []
     skipped = 0
     problem = None
     for step in range(1, options.steps + 1):
-        inputs, labels = batches.next()
+        inputs, batch_labels = batches.next()
         start = time.perf_counter()
-        loss, applied = trainer.step(inputs, labels)
+        loss, applied = trainer.step(inputs, batch_labels)
         times.append(time.perf_counter() - start)
         skipped += not applied
-        losses.append(loss)
+        losses_seen.append(loss)
         scale = trainer.loss_scale()
         if scale is not None:
             scales.append(scale)
@@ -264,16 +313,20 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
         if problem:
             break
 
+    after: dict[int, float] = {}
     if problem:
         model.set_weights(before_weights)
-        metric_after, kept = None, "rewritten"
+        kept = "rewritten"
     else:
-        metric_after = metric_value(metric, task, predict(model, validation.inputs)[0], validation.labels)
-        if worse_by(metric, metric_before, metric_after) <= 0:
+        after = metrics_now()
+        # No harm: the fine-tuned weights only if no scored output got worse.
+        if all(worse_by(context.metrics[i], before[i], after[i]) <= 0 for i in scored):
             kept = "finetuned"
         else:
             model.set_weights(before_weights)
             kept = "rewritten"
+    first = scored[0] if scored else heads[0]
+    losses = losses_seen
     converted_ms = statistics.median(times[1:] or times) * 1000
     finite_losses = [x for x in losses if np.isfinite(x)]
     return Finetune(
@@ -289,9 +342,9 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
             "first": finite_losses[0] if finite_losses else None,
             "last": losses[-1] if np.isfinite(losses[-1]) else None,
         },
-        metric=metric,
-        metric_before=metric_before,
-        metric_after=metric_after,
+        metric=context.metrics[first],
+        metric_before=before.get(first),
+        metric_after=after.get(first),
         kept=kept,
         seconds=time.perf_counter() - started,
         step_time={"float32_ms": round(float32_ms, 3), "converted_ms": round(converted_ms, 3)},
@@ -299,8 +352,13 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
         healthy=problem is None,
         problem=problem[0] if problem else None,
         advice=problem[1] if problem else None,
-        loss_function=loss_name,
+        loss_function="; ".join(loss_names),
         learning_rate=options.learning_rate,
         batch_size=options.batch_size,
         seed=options.seed,
+        outputs=(
+            {names[i]: {"metric": context.metrics[i], "before": before[i], "after": after.get(i)} for i in scored}
+            if len(names) > 1
+            else None
+        ),
     )

@@ -12,15 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .configs import INPUT_LAYER
-from .options import (
-    ARTIFACT_KINDS,
-    DEFAULT_ATOL,
-    DEFAULT_MAX_DROP,
-    DEFAULT_MAX_REGRESSION,
-    DEFAULT_MIN_AGREEMENT,
-    GateOptions,
-)
-from .precision import Precision
+from .thresholds import Baseline, Thresholds
 from .validate import within, worse_by
 
 # rtol by policy and artifact kind, in units of the 16-bit format's rounding
@@ -44,88 +36,11 @@ PADDING = "padding proof"
 PARITY = "artifact parity"  # one per artifact: "artifact parity: onnx"
 BASELINE = "baseline regression"
 SPEED = "speed"
+DRIFT = "drift"  # one per unlabelled output of a multi-output model: "drift: boxes"
+OVERLAP = "validation independent of training"
 # The speed check judges the SavedModel serving path when it was timed (what
 # a deployment runs), else the Keras call.
 SPEED_PATHS_JUDGED = ("savedmodel", "keras")
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The numbers of an earlier run that this one must not fall behind."""
-
-    path: str
-    metric: str
-    converted: float
-    policy: str
-    model: str
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Everything the checks compare against; stored as report.json's gate.thresholds."""
-
-    max_drop: float
-    min_agreement: float
-    atol: dict[str, float]  # by artifact kind
-    rtol: dict[str, float]
-    max_regression: float
-    baseline: Baseline | None = None
-    # Smallest accepted float32 time / converted time; None (the default,
-    # and every report from before it existed) judges no speed.
-    min_speedup: float | None = None
-
-    @classmethod
-    def defaults(cls, policy: str | Precision, max_drop: float = DEFAULT_MAX_DROP) -> Thresholds:
-        return cls(
-            max_drop=max_drop,
-            min_agreement=DEFAULT_MIN_AGREEMENT,
-            atol=dict.fromkeys(ARTIFACT_KINDS, DEFAULT_ATOL),
-            rtol=dict(Precision.of(policy).parity_rtol),
-            max_regression=DEFAULT_MAX_REGRESSION,
-        )
-
-    @classmethod
-    def from_dict(cls, stored: dict) -> Thresholds:
-        baseline = stored.get("baseline")
-        return cls(**{**stored, "baseline": Baseline(**baseline) if baseline else None})
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def overridden(self, options: GateOptions, metric: str | None) -> Thresholds:
-        """These thresholds with the ones given on the command line.
-
-        `metric` is what the report measures (None: not measured); a
-        --baseline must have measured the same.
-        """
-        numbers = {
-            name: getattr(options, name)
-            for name in ("max_drop", "min_agreement", "max_regression", "min_speedup")
-            if getattr(options, name) is not None
-        }
-        from .stored import load_baseline  # reads files; the gate itself judges dicts
-
-        baseline = self.baseline if options.baseline is None else load_baseline(options.baseline, metric)
-        return replace(
-            self,
-            atol=_per_kind(self.atol, options.atol),
-            rtol=_per_kind(self.rtol, options.rtol),
-            baseline=baseline,
-            **numbers,
-        )
-
-    def tolerance(self, kind: str, max_abs_ref: float) -> float | None:
-        """The largest accepted max |diff| for an artifact; None for an unknown kind."""
-        if kind not in self.atol or kind not in self.rtol:
-            return None
-        return self.atol[kind] + self.rtol[kind] * max_abs_ref
-
-
-def _per_kind(base: dict[str, float], given: tuple[tuple[str | None, float], ...]) -> dict[str, float]:
-    table = dict(base)
-    for kind, value in given:
-        table.update({kind: value} if kind else dict.fromkeys(table, value))
-    return table
 
 
 @dataclass(frozen=True)
@@ -163,19 +78,77 @@ def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
     checks = [_policy_rewrite(report)]
     if report.get("finetune"):
         checks.append(_finetune_health(report["finetune"]))
-    checks.append(check_accuracy(validation, thresholds.max_drop))
-    agreement = check_agreement(validation, thresholds.min_agreement)
-    if agreement is not None:  # None for regression models
-        checks.append(agreement)
+    checks += validation_checks(validation, thresholds)
+    overlap = check_overlap(validation.get("overlap"), report.get("finetune"), thresholds.max_overlap)
+    if overlap is not None:
+        checks.append(overlap)
     if report.get("padding"):
         checks.append(_padding(report["padding"]))
     keras_nonfinite = validation["nonfinite_outputs"] > 0
     checks += [_parity(artifact, thresholds, keras_nonfinite) for artifact in report["artifacts"]]
     if thresholds.baseline is not None:
-        checks.append(_baseline(validation, thresholds.baseline, thresholds.max_regression))
+        checks += _baselines(validation, thresholds.baseline, thresholds.max_regression)
     if thresholds.min_speedup is not None:
         checks.append(check_speed(report.get("speed"), thresholds.min_speedup))
     return GateResult(tuple(checks), thresholds)
+
+
+def validation_checks(v: dict, thresholds: Thresholds) -> list[Check]:
+    """The metric and agreement checks, the ones the search can fix: one set per output of a multi-output model.
+
+    With several outputs each check is named after its output ("accuracy
+    gate: digit", "mse gate: ink", "agreement: digit"); an output without
+    labels gets a drift check instead of a metric check ("drift: boxes").
+    """
+    outputs = v.get("outputs")
+    if not outputs:
+        checks = [check_accuracy(v, thresholds.max_drop)]
+        agreement = check_agreement(v, thresholds.min_agreement)
+        return checks + ([agreement] if agreement is not None else [])  # None for regression models
+    checks = []
+    for o in outputs:
+        name = o["name"]
+        if o["metric"] is None:
+            checks.append(check_drift(o))
+        else:
+            checks.append(replace(check_accuracy(o, thresholds.drop_for(name)), name=f"{o['metric']} gate: {name}"))
+        agreement = check_agreement(o, thresholds.min_agreement)
+        if agreement is not None:
+            checks.append(replace(agreement, name=f"{AGREEMENT}: {name}"))
+    return checks
+
+
+def check_drift(o: dict) -> Check:
+    """An output without labels: compared with the original, failed only by NaN/inf values."""
+    drift = "not finite" if o["max_abs_diff"] is None else f"{o['max_abs_diff']:.6f}"
+    values = {"max_abs_diff": o["max_abs_diff"], "nonfinite_outputs": o["nonfinite_outputs"]}
+    message = f"no labels for output {o['name']!r}: max abs diff {drift} from the float32 model on {o['rows']} rows"
+    if o["nonfinite_outputs"]:
+        message += (
+            f"; {o['nonfinite_outputs']} NaN/inf values: activations overflow 16 bits "
+            "(try mixed_bfloat16 or --keep-float32 on the overflowing layers)"
+        )
+    return Check(f"{DRIFT}: {o['name']}", o["nonfinite_outputs"] == 0, message, values)
+
+
+def check_overlap(overlap: dict | None, tuning: dict | None, max_overlap: float) -> Check | None:
+    """Fine-tuning on validation rows makes the accuracy gate judge memory: fail past max_overlap.
+
+    Only judged when fine-tuning ran and some rows are shared; otherwise the
+    summary warns (render), and a clean split says nothing.
+    """
+    if not overlap or not overlap["in_train"] or not tuning or not tuning.get("steps"):
+        return None
+    share = overlap["share"]
+    passed = within(share, max_overlap)
+    message = (
+        f"{overlap['in_train']} of {overlap['validation_rows']} validation rows ({share:.1%}) are also training "
+        f"rows, and fine-tuning trained on them: {'<=' if passed else '>'} max {max_overlap:.1%}"
+    )
+    if not passed:
+        message += "; split the data so that no validation row is a training row, or pass --finetune-steps 0"
+    values = {**overlap, "max_overlap": max_overlap}
+    return Check(OVERLAP, passed, message, values)
 
 
 @dataclass(frozen=True)
@@ -365,6 +338,8 @@ def _parity(artifact: dict, thresholds: Thresholds, keras_nonfinite: bool) -> Ch
         return Check(name, False, f"{kind} export failed: {artifact.get('reason')}", values)
     if limit is None:
         return Check(name, False, f"no tolerance known for artifact kind {kind!r}", values)
+    if artifact.get("outputs"):
+        return _parity_by_output(name, artifact["outputs"], thresholds, kind, values, keras_nonfinite)
     rule = f"atol {thresholds.atol[kind]:g} + rtol {thresholds.rtol[kind]:g} x max abs output {ref:.4g}"
     if diff is None:
         # A NaN difference cannot be within any tolerance; say whose it is.
@@ -373,6 +348,51 @@ def _parity(artifact: dict, thresholds: Thresholds, keras_nonfinite: bool) -> Ch
     passed = within(diff, limit)
     sign = "<=" if passed else ">"
     return Check(name, passed, f"max abs diff {diff:.3g} {sign} limit {limit:.3g} ({rule})", values)
+
+
+def _parity_by_output(
+    name: str, outputs: dict, thresholds: Thresholds, kind: str, values: dict, keras_nonfinite: bool
+) -> Check:
+    """Each output of the artifact against its own limit (atol + rtol x that output's largest |value|)."""
+    judged = {}
+    for output, o in outputs.items():
+        limit = thresholds.tolerance(kind, o.get("max_abs_ref") or 0.0)
+        diff = o["max_abs_diff"]
+        judged[output] = {**o, "limit": limit, "passed": diff is not None and within(diff, limit)}
+    failed = [n for n, o in judged.items() if not o["passed"]]
+    parts = []
+    for output, o in judged.items():
+        diff = "not finite" if o["max_abs_diff"] is None else f"{o['max_abs_diff']:.3g}"
+        parts.append(f"{output} {diff} {'<=' if o['passed'] else '>'} {o['limit']:.3g}")
+    message = "max abs diff per output: " + ", ".join(parts)
+    if failed:
+        whose = "; NaN/inf in the converted Keras model's outputs" if keras_nonfinite else ""
+        message += f" (failing: {', '.join(failed)}{whose})"
+    return Check(name, not failed, message, {**values, "outputs": judged})
+
+
+def _baselines(v: dict, baseline: Baseline, max_regression: float) -> list[Check]:
+    """One regression check, or one per scored output (by name) when the report has several outputs."""
+    if not v.get("outputs"):
+        return [_baseline(v, baseline, max_regression)]
+    before = baseline.outputs or {}
+    checks = []
+    for o in v["outputs"]:
+        if o["metric"] is None:
+            continue
+        old = before.get(o["name"])
+        if old is None:
+            check = Check(
+                f"{BASELINE}: {o['name']}",
+                False,
+                f"the baseline has no measured output {o['name']!r}: not comparable",
+                {"baseline_path": baseline.path},
+            )
+        else:
+            one = replace(baseline, metric=old["metric"], converted=old["converted"])
+            check = replace(_baseline(o, one, max_regression), name=f"{BASELINE}: {o['name']}")
+        checks.append(check)
+    return checks
 
 
 def _baseline(v: dict, baseline: Baseline, max_regression: float) -> Check:

@@ -26,9 +26,11 @@ from .errors import MpconvertError
 #   strings: a repeatable flag, a TOML list (or one string); a tuple in the options
 #   kinds: a comma-separated flag, a TOML list; a tuple in the options
 #   tolerances: a repeatable [KIND=]X flag, a TOML number or {kind = X} table
+#   per_output: a repeatable [OUTPUT=]X flag (X a number, or one of `choices`), a TOML value or
+#     {output = X} table; a plain X sets every output, later entries win
 #   path: a file path (relative to a manifest, in a batch)
 #   object: the Python API only (custom_objects)
-KINDS = ("str", "int", "float", "bool", "strings", "kinds", "tolerances", "path", "object")
+KINDS = ("str", "int", "float", "bool", "strings", "kinds", "tolerances", "per_output", "path", "object")
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class Keyword:
             if isinstance(value, str):
                 return tuple(k.strip() for k in value.split(",") if k.strip())
             return tuple(value)
-        if self.kind == "tolerances":
+        if self.kind in ("tolerances", "per_output"):
             return per_kind(value)
         if self.kind == "path":
             return Path(value)
@@ -114,6 +116,7 @@ class Keyword:
             "strings": (list, str),
             "kinds": (list, str),
             "tolerances": (int, float, dict),
+            "per_output": (str, dict) if self.choices else (int, float, dict),
             "path": (str,),
             "object": (),
         }[self.kind]
@@ -128,10 +131,12 @@ def per_kind(value: Any) -> tuple[tuple[str | None, float], ...]:
     """A tolerance for every artifact kind, or one per kind: 1e-3 or {"onnx": 0.05}."""
     if value is None:
         return ()
+    if isinstance(value, str):
+        return ((None, value),)
     if isinstance(value, (int, float)):
         return ((None, float(value)),)
     if isinstance(value, Mapping):
-        return tuple((kind, float(x)) for kind, x in value.items())
+        return tuple((kind, x if isinstance(x, str) else float(x)) for kind, x in value.items())
     return tuple(value)
 
 
@@ -148,6 +153,15 @@ def check_ranges(options: Any) -> None:
                 f"{spec.name}={value!r} is invalid: it must be {spec.rule()}",
                 hint=f"pass a {spec.name} that is {spec.rule()}",
             )
+        if spec.kind == "per_output":
+            one = dataclasses.replace(spec, default=0)  # each value is judged alone, never None
+            for output, item in value:
+                if not one.in_range(item):
+                    given = f"{output}={item!r}" if output else repr(item)
+                    raise MpconvertError(
+                        f"{spec.name}={given} is invalid: it must be {one.rule()}",
+                        hint=f"pass a {spec.name} that is {one.rule()}, for every output or as OUTPUT=VALUE",
+                    )
 
 
 def table(*owners: type) -> dict[str, Keyword]:

@@ -139,13 +139,8 @@ def _saved_loss(stored: dict, fmt: str) -> Any:
         compile_config = stored.get("training_config") or {}
     else:
         compile_config = (stored.get("root") or {}).get("training_config") or {}
-    loss = compile_config.get("loss")
-    # Per-output losses: the fine-tune trains on the first output.
-    if isinstance(loss, list) and loss:
-        return loss[0]
-    if isinstance(loss, dict) and "class_name" not in loss and loss:
-        return next(iter(loss.values()))
-    return loss
+    # One loss, or per-output losses as a list (output order) or a dict (by output name).
+    return compile_config.get("loss")
 
 
 def _savedmodel_config(path: Path) -> dict:

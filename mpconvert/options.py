@@ -122,8 +122,14 @@ class ValidateOptions:
         help="Labelled data: an .npz with x, y (and x_train, y_train), or module:function returning "
         "(train, validation) -- that form imports and runs your code.",
     )
-    metric: str | None = keyword(
-        None, choices=METRICS, default_text="accuracy for softmax/sigmoid outputs, else mse", help="The gate's metric."
+    # (output name, metric); name None sets every output. Empty: chosen per output.
+    metric: tuple[tuple[str | None, str], ...] = keyword(
+        (),
+        kind="per_output",
+        choices=METRICS,
+        metavar="[OUTPUT=]METRIC",
+        default_text="accuracy for softmax/sigmoid outputs, else mse",
+        help="The gate's metric: METRIC for every output, OUTPUT=METRIC for one (repeatable).",
     )
     # Rows drawn when no data is given; enough to see drift, cheap to run.
     generated_samples: int = 64
@@ -251,6 +257,11 @@ def check_opset(opset: int) -> None:
         )
 
 
+# Fine-tuning that trained on more than a tenth of the rows the gate then
+# judges makes the accuracy check measure memory: the gate fails (below it,
+# and without fine-tuning, the summary warns).
+DEFAULT_MAX_OVERLAP = 0.1
+
 # The gate's own defaults (the policy's parity_rtol is in precision.py).
 # The agreement check guards against harm, not change. With labels, at least
 # this share of the rows the float32 model got right must still be right
@@ -287,13 +298,16 @@ class GateOptions:
     for `mpconvert check`. This is the one place a budget is given.
     """
 
-    max_drop: float | None = keyword(
-        None,
-        kind="float",
+    # (output name, largest drop); name None sets every output, later entries winning.
+    max_drop: tuple[tuple[str | None, float], ...] = keyword(
+        (),
+        kind="per_output",
         minimum=0,
         gate=True,
+        metavar="[OUTPUT=]X",
         default_text=str(DEFAULT_MAX_DROP),
-        help="Largest allowed metric drop, in the metric's units (0.01 = 1 point of accuracy).",
+        help="Largest allowed metric drop, in the metric's units (0.01 = 1 point of accuracy): X for every "
+        "output, OUTPUT=X for one (repeatable).",
     )
     min_agreement: float | None = keyword(
         None,
@@ -341,6 +355,16 @@ class GateOptions:
         gate=True,
         default_text=f"{DEFAULT_MAX_REGRESSION:g}",
         help="Largest allowed worsening against --baseline, in the metric's units.",
+    )
+    max_overlap: float | None = keyword(
+        None,
+        kind="float",
+        minimum=0,
+        maximum=1,
+        gate=True,
+        default_text=str(DEFAULT_MAX_OVERLAP),
+        help="Largest share of the validation rows that may also be training rows when fine-tuning runs "
+        "(exact copies, over every input).",
     )
     # Smallest accepted float32 time / converted time; None: not judged.
     min_speedup: float | None = keyword(

@@ -23,9 +23,9 @@ from . import interrupts
 from .artifacts import estimated_bytes, export_all
 from .configs import model_class, model_config
 from .context import Context
-from .data import EvalData, Split, Task, resolve_data
+from .data import EvalData, Task, resolve_data, unlabelled
+from .errors import MpconvertError
 from .finetune import StepCallback, finetune
-from .gate import Thresholds
 from .load import Loaded, load_model
 from .numerics.autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
 from .options import PARITY_SAMPLES, ConvertOptions, RewriteOptions, SaveOptions
@@ -35,7 +35,9 @@ from .report import Report, json_safe
 from .rewrite import Plan, output_activation, plan_conversion, rewrite
 from .signature import Signature, generate_inputs, refuse_string_inputs, signature_of
 from .speed import SPEED_BATCH, Speed, measure_onnx_speed, measure_speed, probe_hardware, warning_for
-from .validate import choose_metric, validate
+from .thresholds import Thresholds
+from .trace import output_layers
+from .validate import choose_metrics, validate
 from .writing import reported_at, write_text, writing
 
 log = logging.getLogger("mpconvert")
@@ -81,23 +83,47 @@ class Converted:
     inputs: tuple[Path, ...]  # files the run read, which no output may overwrite
 
 
-def task_of(model: Any, signature: Signature) -> Task:
-    activation = output_activation(model_config(model), model_class(model))
+def _kind(activation: str | None) -> str:
     if activation in ("softmax", "log_softmax"):
-        kind = "softmax"
-    elif activation == "sigmoid":
-        kind = "sigmoid"
-    else:
-        kind = "regression"
-    return Task(kind, signature.outputs[0])
+        return "softmax"
+    return "sigmoid" if activation == "sigmoid" else "regression"
 
 
-def _eval_data(loaded: Loaded, signature: Signature, task: Task, options: ConvertOptions) -> EvalData:
-    given = resolve_data(options.validate.data, signature, task)
+def _activation_of(layer: Any) -> str | None:
+    if layer is None:
+        return None
+    if type(layer).__name__ == "Softmax":
+        return "softmax"
+    activation = getattr(layer, "activation", None)  # a function on a live layer
+    return activation if isinstance(activation, str) else getattr(activation, "__name__", None)
+
+
+def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
+    """What each output means (softmax, sigmoid or regression), in the signature's order."""
+    if len(signature.outputs) == 1:
+        return (Task(_kind(output_activation(model_config(model), model_class(model))), signature.outputs[0]),)
+    layers = output_layers(model)
+    return tuple(Task(_kind(_activation_of(layer)), spec) for layer, spec in zip(layers, signature.outputs))
+
+
+def refuse_unknown_outputs(signature: Signature, options: ConvertOptions) -> None:
+    """--metric NAME=... and --max-drop NAME=... must name outputs the model has."""
+    names = [spec.name for spec in signature.outputs]
+    for flag, given in (("--metric", options.validate.metric), ("--max-drop", options.gate.max_drop)):
+        unknown = [output for output, _ in given if output is not None and output not in names]
+        if unknown:
+            raise MpconvertError(
+                f"{flag} {unknown[0]}=... names an output the model does not have",
+                hint=f"the model's outputs are: {', '.join(names)}",
+            )
+
+
+def _eval_data(loaded: Loaded, signature: Signature, tasks: tuple[Task, ...], options: ConvertOptions) -> EvalData:
+    given = resolve_data(options.validate.data, signature, tasks)
     if given is not None:
         return given
     inputs = generate_inputs(loaded.model, signature, options.validate.generated_samples, options.validate.seed)
-    return EvalData(Split(tuple(inputs), None), None, "generated")
+    return EvalData(unlabelled(inputs, signature), None, "generated")
 
 
 def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[Path, ...]:
@@ -132,10 +158,11 @@ def inspect(options: ConvertOptions) -> Inspection:
     refuse_string_inputs(loaded.model, signature)
     rewrite_options, found = options.rewrite, None
     with framework.preserved_global_policy(), loaded.deserialization():
-        task = task_of(loaded.model, signature)
-        data = _eval_data(loaded, signature, task, options)
+        tasks = tasks_of(loaded.model, signature)
+        data = _eval_data(loaded, signature, tasks, options)
         if options.auto_keep.mode != "off":
-            context = Context(loaded.model, framework, signature, task, "accuracy", data, options.precision)
+            metrics = ("accuracy",) * len(tasks)
+            context = Context(loaded.model, framework, signature, tasks, metrics, data, options.precision)
             found, rewrite_options = keep_by_lint(context, rewrite_options)
         if not options.pad.multiple:
             plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), rewrite_options)
@@ -158,18 +185,19 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         loaded = load_model(options.load)
         signature = signature_of(loaded.model)
         refuse_string_inputs(loaded.model, signature)
-        task = task_of(loaded.model, signature)
-        data = _eval_data(loaded, signature, task, options)
+        tasks = tasks_of(loaded.model, signature)
+        refuse_unknown_outputs(signature, options)
+        data = _eval_data(loaded, signature, tasks, options)
         # The labels decide it too: a sigmoid output with [0, 1] targets is a reconstruction (mse).
-        metric = choose_metric(options.validate.metric, task, data.validation.labels)
+        metrics = choose_metrics(options.validate.metric, tasks, data.validation.labels)
         # Resolved before any conversion work, so that a bad --baseline fails fast.
-        measured = metric if data.validation.labels is not None else None
+        measured = {t.output.name: m for t, m, y in zip(tasks, metrics, data.validation.labels) if y is not None}
         thresholds = Thresholds.defaults(precision).overridden(options.gate, measured)
     warning = warning_for(precision) if options.speed else None
     if warning:
         log.warning(warning)
         hooks.warning(warning)
-    context = Context(loaded.model, loaded.framework, signature, task, metric, data, precision, loaded.saved_loss)
+    context = Context(loaded.model, loaded.framework, signature, tasks, metrics, data, precision, loaded.saved_loss)
     framework = loaded.framework
     smoke = [x[:2] for x in data.validation.inputs]
     finetune_options = options.finetune.resolved(has_train=data.train is not None)

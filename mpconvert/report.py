@@ -16,8 +16,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .gate import GateResult, Thresholds, evaluate
+from .gate import GateResult, evaluate
 from .schema import SCHEMA_VERSION
+from .thresholds import Thresholds
 from .writing import write_text
 
 EXIT_OK = 0

@@ -46,6 +46,20 @@ def signature_of(model: Any) -> Signature:
     return Signature(inputs, outputs)
 
 
+def output_list(model: Any, outputs: Any) -> list:
+    """A model's outputs as a list in the signature's order.
+
+    A model built with dict outputs returns a dict in the order it was built
+    with, while its output_names (the signature) are sorted: by name, then.
+    """
+    if isinstance(outputs, dict):
+        names = list(getattr(model, "output_names", None) or [])
+        if set(names) <= set(outputs) and names:
+            return [outputs[name] for name in names]
+        return list(outputs.values())
+    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+
 def _integer_upper_bound(model: Any) -> int:
     """Largest safe token id: the smallest Embedding vocabulary in the model."""
     sizes = [layer.input_dim for layer in _all_layers(model) if hasattr(layer, "input_dim")]

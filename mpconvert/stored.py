@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 from .errors import MpconvertError
-from .gate import Baseline, Thresholds
 from .options import DEFAULT_MAX_DROP
 from .precision import POLICIES
 from .schema import check_version
+from .thresholds import Baseline, Thresholds
 
 # What makes a JSON file an mpconvert report: the keys the gate reads.
 _REPORT_KEYS = ("policy", "source", "layers", "validation", "artifacts")
@@ -57,8 +57,25 @@ def read_report(path: Path, role: str = "report") -> dict:
     return report
 
 
-def load_baseline(path: Path, metric: str | None) -> Baseline:
-    """An earlier run's numbers, refused unless they measure the same metric as this run."""
+def measured_of(report: dict) -> dict[str, str]:
+    """What a report measured: each scored output's metric by name ({} without labels)."""
+    v = report["validation"]
+    if v.get("outputs"):
+        return {o["name"]: o["metric"] for o in v["outputs"] if o["metric"] is not None}
+    if v["metric"] is None:
+        return {}
+    outputs = report.get("source", {}).get("outputs") or [{"name": "output"}]
+    return {outputs[0]["name"]: v["metric"]}
+
+
+def load_baseline(path: Path, measured: dict[str, str] | str | None) -> Baseline:
+    """An earlier run's numbers, refused unless they measure what this run measures.
+
+    `measured` is this run's metric per labelled output. With several
+    outputs each is compared with the baseline's output of the same name.
+    """
+    if not isinstance(measured, dict):  # one output's metric, or None
+        measured = {"output": measured} if measured else {}
     report = read_report(path, "baseline")
     v = report["validation"]
     if v["metric"] is None or v["converted"] is None:
@@ -66,17 +83,27 @@ def load_baseline(path: Path, metric: str | None) -> Baseline:
             f"baseline {path} measured no metric (that run had no labelled --data)",
             hint="use as baseline a run with --data, like this one",
         )
-    if metric is None:
+    if not measured:
         raise MpconvertError(
             "--baseline compares metrics, but this run measures none (no labelled data)",
             hint="pass --data with labels, as the baseline run did",
         )
-    if v["metric"] != metric:
-        raise MpconvertError(
-            f"baseline {path} measured {v['metric']}, this run measures {metric}: they cannot be compared",
-            hint=f"compare runs that measure the same metric (--metric {v['metric']} on both)",
-        )
-    return Baseline(str(path), v["metric"], v["converted"], report["policy"], report["source"].get("path", ""))
+    outputs = {
+        o["name"]: {"metric": o["metric"], "converted": o["converted"]}
+        for o in v.get("outputs") or []
+        if o["metric"] is not None and o["converted"] is not None
+    }
+    before = outputs or {name: {"metric": v["metric"]} for name in list(measured)[:1]}
+    for name, metric in measured.items():
+        old = before.get(name, {}).get("metric")
+        if old is not None and old != metric:
+            where = f" for output {name!r}" if len(measured) > 1 else ""
+            raise MpconvertError(
+                f"baseline {path} measured {old}{where}, this run measures {metric}: they cannot be compared",
+                hint=f"compare runs that measure the same metric (--metric {old} on both)",
+            )
+    model = report["source"].get("path", "")
+    return Baseline(str(path), v["metric"], v["converted"], report["policy"], model, outputs or None)
 
 
 def stored_thresholds(report: dict) -> Thresholds:

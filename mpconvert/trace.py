@@ -209,3 +209,27 @@ def layer_at(model: Any, path: str) -> Any:
     for name in path.split("/"):
         layer = layer.get_layer(name)
     return layer
+
+
+def producer(tensor: Any) -> tuple[Any, int] | None:
+    """The layer that computes a symbolic tensor, and which of its outputs it is (None when unknown)."""
+    history = getattr(tensor, "_keras_history", None)
+    if history is None:
+        return None
+    return history[0], history[2]  # (operation / layer, node index, tensor index) in both frameworks
+
+
+def output_layers(model: Any) -> list[Any]:
+    """The innermost layer computing each of `model`'s outputs, in the signature's order.
+
+    A nested model's output is followed into it, so a classifier head
+    inside a sub-model is found. None where Keras does not say.
+    """
+    found = []
+    for tensor in getattr(model, "outputs", None) or []:
+        made = producer(tensor)
+        while made is not None and is_container(made[0]):
+            inner = made[0].outputs
+            made = producer(inner[made[1]]) if made[1] < len(inner) else None
+        found.append(made[0] if made else None)
+    return found

@@ -14,6 +14,7 @@ import numpy as np
 
 from .data import Split, Task
 from .errors import MpconvertError
+from .signature import output_list
 
 if TYPE_CHECKING:
     from .context import Context
@@ -46,6 +47,11 @@ class Validation:
     fixed: int | None = None  # the float32 model got wrong, the converted model gets right
     kept_correct: float | None = None  # share of the kept_correct_rows still right; None when there are none
     kept_correct_rows: int | None = None  # decisive rows the float32 model got right
+    # A model with several outputs: each output's measurements (the fields
+    # above are the primary output's: the first with labels). None for one output.
+    outputs: list[dict] | None = None
+    # Validation rows that also appear in the training split (data.overlap_of); None without one.
+    overlap: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -86,13 +92,23 @@ def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None =
     return requested
 
 
+def choose_metrics(
+    requested: tuple[tuple[str | None, str], ...], tasks: tuple[Task, ...], labels: tuple
+) -> tuple[str, ...]:
+    """Each output's metric: the last --metric naming it (or every output), else what its task calls for."""
+    chosen = []
+    for task, y in zip(tasks, labels):
+        wanted = None
+        for output, metric in requested:
+            if output is None or output == task.output.name:
+                wanted = metric
+        chosen.append(choose_metric(wanted, task, y))
+    return tuple(chosen)
+
+
 def predict(model: Any, inputs: tuple[np.ndarray, ...] | list[np.ndarray]) -> list[np.ndarray]:
     feed = list(inputs) if len(inputs) > 1 else inputs[0]
-    outputs = model.predict(feed, batch_size=PREDICT_BATCH, verbose=0)
-    if isinstance(outputs, dict):
-        outputs = list(outputs.values())
-    elif not isinstance(outputs, (list, tuple)):
-        outputs = [outputs]
+    outputs = output_list(model, model.predict(feed, batch_size=PREDICT_BATCH, verbose=0))
     return [np.asarray(o, dtype=np.float32) for o in outputs]
 
 
@@ -110,11 +126,7 @@ def forward(model: Any, inputs: tuple[np.ndarray, ...] | list[np.ndarray]) -> li
     chunks: list[list[np.ndarray]] = []
     for start in range(0, len(inputs[0]), FORWARD_BATCH):
         feed = [x[start : start + FORWARD_BATCH] for x in inputs]
-        outputs = model(feed if len(feed) > 1 else feed[0], training=False)
-        if isinstance(outputs, dict):
-            outputs = list(outputs.values())
-        elif not isinstance(outputs, (list, tuple)):
-            outputs = [outputs]
+        outputs = output_list(model, model(feed if len(feed) > 1 else feed[0], training=False))
         chunks.append([np.asarray(o, dtype=np.float32) for o in outputs])
     return [np.concatenate(parts) for parts in zip(*chunks)]
 
@@ -171,17 +183,15 @@ def decisive_rows(task: Task, output: np.ndarray, resolution: float) -> np.ndarr
     return (np.abs(rows - 0.5) * 2 > resolution).all(axis=1)
 
 
-def compare(
-    reference: list[np.ndarray],
-    converted: list[np.ndarray],
-    split: Split,
+def compare_output(
+    reference: np.ndarray,
+    converted: np.ndarray,
+    labels: np.ndarray | None,
     task: Task,
     metric: str,
-    source: str,
     resolution: float = 0.0,
-    output_names: tuple[str, ...] | list[str] = (),
-) -> Validation:
-    """Compare outputs on one split.
+) -> dict:
+    """One output's measurements: its metric with labels, its agreement and harm for a classifier, its drift.
 
     `resolution` is the 16-bit format's spacing at 1.0: a prediction whose
     two best scores are closer than that is a tie at that precision, and
@@ -191,38 +201,72 @@ def compare(
     which of the rows the float32 model got right the converted model
     still gets right (`kept_correct`), and how many it `harmed` and `fixed`.
     """
-    counts = [int(np.count_nonzero(~np.isfinite(o))) for o in converted]
-    nonfinite = sum(counts)
-    names = list(output_names) or [f"output {i}" for i in range(len(converted))]
-    by_output = {name: n for name, n in zip(names, counts) if n}
-    agreement = agreement_rows = None
-    harm: dict[str, Any] = {}
-    note = None
-    scored = task.scored_by(split.labels)
+    name = task.output.name
+    nonfinite = int(np.count_nonzero(~np.isfinite(converted)))
+    found: dict[str, Any] = dict.fromkeys(
+        ("agreement", "agreement_rows", "harmed", "fixed", "kept_correct", "kept_correct_rows", "note")
+    )
+    scored = task.scored_by(labels)
     if task.kind == "sigmoid" and scored.kind == "regression":
-        note = (
-            f"the targets of sigmoid output {task.output.name!r} are in [0, 1] but not all 0/1 (reconstructions "
+        found["note"] = (
+            f"the targets of sigmoid output {name!r} are in [0, 1] but not all 0/1 (reconstructions "
             f"or probabilities): scored by {metric}, with no agreement check (there is no class to agree on)"
         )
     task = scored  # class ids on a sigmoid output: argmax, like a softmax
     if task.kind != "regression":
-        same = class_predictions(task, reference[0]) == class_predictions(task, converted[0])
+        same = class_predictions(task, reference) == class_predictions(task, converted)
         same = same.reshape(len(same), -1).all(axis=1)
-        decisive = decisive_rows(task, reference[0], resolution)
-        agreement_rows = int(decisive.sum())
-        agreement = float(np.mean(same[decisive])) if agreement_rows else None
-        if split.labels is not None:
-            harm = harm_counts(
-                right_rows(task, reference[0], split.labels)[decisive],
-                right_rows(task, converted[0], split.labels)[decisive],
+        decisive = decisive_rows(task, reference, resolution)
+        found["agreement_rows"] = int(decisive.sum())
+        found["agreement"] = float(np.mean(same[decisive])) if found["agreement_rows"] else None
+        if labels is not None:
+            found.update(
+                harm_counts(
+                    right_rows(task, reference, labels)[decisive], right_rows(task, converted, labels)[decisive]
+                )
             )
     ref_value = conv_value = drop = None
-    if split.labels is not None:
+    if labels is not None:
         # A NaN/inf output makes mse NaN: stored as None (strict JSON has no NaN), and the gate fails it.
-        ref_value = _finite(metric_value(metric, task, reference[0], split.labels))
-        conv_value = _finite(metric_value(metric, task, converted[0], split.labels))
+        ref_value = _finite(metric_value(metric, task, reference, labels))
+        conv_value = _finite(metric_value(metric, task, converted, labels))
         drop = worse_by(metric, ref_value, conv_value) if None not in (ref_value, conv_value) else None
-    else:
+    return {
+        "name": name,
+        "metric": metric if labels is not None else None,
+        "reference": ref_value,
+        "converted": conv_value,
+        "drop": drop,
+        "max_abs_diff": max_abs_diff([reference], [converted]),
+        "rows": len(reference),
+        "nonfinite_outputs": nonfinite,
+        **found,
+    }
+
+
+def compare(
+    reference: list[np.ndarray],
+    converted: list[np.ndarray],
+    split: Split,
+    tasks: tuple[Task, ...] | Task,
+    metrics: tuple[str, ...] | str,
+    source: str,
+    resolution: float = 0.0,
+    overlap: dict | None = None,
+) -> Validation:
+    """Compare every output on one split (`compare_output`); the top-level fields are the primary output's."""
+    tasks = (tasks,) if isinstance(tasks, Task) else tasks
+    metrics = (metrics,) * len(tasks) if isinstance(metrics, str) else metrics
+    outputs = [
+        compare_output(ref, conv, labels, task, metric, resolution)
+        for ref, conv, labels, task, metric in zip(reference, converted, split.labels, tasks, metrics)
+    ]
+    labelled = [o for o in outputs if o["metric"] is not None]
+    primary = labelled[0] if labelled else outputs[0]
+    nonfinite = sum(o["nonfinite_outputs"] for o in outputs)
+    by_output = {o["name"]: o["nonfinite_outputs"] for o in outputs if o["nonfinite_outputs"]}
+    note = primary["note"]
+    if not split.labelled:
         note = "no labelled data: the metric was not measured, only the output drift on generated inputs"
     if nonfinite:
         where = ", ".join(f"{n} in output {name!r}" for name, n in by_output.items())
@@ -230,20 +274,19 @@ def compare(
             f"the converted model produced {nonfinite} NaN/inf output value(s) ({where}): activations overflow "
             "16 bits; try mixed_bfloat16 or --keep-float32 on the overflowing layers"
         )
+    fields = ("metric", "reference", "converted", "drop", "agreement", "agreement_rows")
+    harm = ("harmed", "fixed", "kept_correct", "kept_correct_rows")
     return Validation(
-        metric=metric if split.labels is not None else None,
-        reference=ref_value,
-        converted=conv_value,
-        drop=drop,
-        agreement=agreement,
+        **{key: primary[key] for key in fields},
         max_abs_diff=max_abs_diff(reference, converted),
         data=source,
         rows=split.rows,
         nonfinite_outputs=nonfinite,
         nonfinite_by_output=by_output or None,
         note=note,
-        agreement_rows=agreement_rows,
-        **harm,
+        **{key: primary[key] for key in harm},
+        outputs=outputs if len(outputs) > 1 else None,
+        overlap=overlap,
     )
 
 
@@ -264,16 +307,16 @@ def _finite(value: float) -> float | None:
 
 
 def judge(context: Context, reference: list[np.ndarray], converted: list[np.ndarray]) -> Validation:
-    """`compare` on the validation split, with the conversion's task, metric and outputs."""
+    """`compare` on the validation split, with the conversion's tasks, metrics and outputs."""
     return compare(
         reference,
         converted,
         context.data.validation,
-        context.task,
-        context.metric,
+        context.tasks,
+        context.metrics,
         context.data.source,
         context.precision.resolution,
-        [o.name for o in context.signature.outputs],
+        context.data.overlap,
     )
 
 

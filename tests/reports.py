@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from mpconvert.gate import Thresholds
 from mpconvert.report import Report
+from mpconvert.thresholds import Thresholds
 
 
 def make_report(**changes) -> dict:

@@ -18,6 +18,7 @@ import pytest
 from conftest import console_script
 
 from mpconvert import data
+from mpconvert import npz as npz_reader
 from mpconvert.data import Task, load_npz
 from mpconvert.errors import MpconvertError
 from mpconvert.signature import Signature, TensorSpec
@@ -143,12 +144,12 @@ def test_training_split_is_checked_like_validation(tmp_path):
 
 
 def test_member_larger_than_available_memory_is_refused(tmp_path, monkeypatch):
-    assert data.available_memory() > 0
+    assert npz_reader.available_memory() > 0
     path = write_npz(tmp_path / "data.npz", valid_arrays())  # x is 20 x 64 float32: 5120 bytes
-    monkeypatch.setattr(data, "available_memory", lambda: 4096)
+    monkeypatch.setattr(npz_reader, "available_memory", lambda: 4096)
     error = refused(path, "'x'", "(20, 64)", "float32", "memory available")
     assert "smaller validation split" in error.hint
-    monkeypatch.setattr(data, "available_memory", lambda: 5120)
+    monkeypatch.setattr(npz_reader, "available_memory", lambda: 5120)
     assert load_npz(path, SIGNATURE, TASK).validation.rows == 20
 
 

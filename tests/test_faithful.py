@@ -25,7 +25,7 @@ from mpconvert.frameworks import KERAS3, TF_KERAS
 from mpconvert.numerics.lint import lint
 from mpconvert.numerics.search import rank
 from mpconvert.options import RewriteOptions
-from mpconvert.pipeline import task_of
+from mpconvert.pipeline import tasks_of
 from mpconvert.precision import Precision
 from mpconvert.rewrite import rewrite
 from mpconvert.signature import signature_of
@@ -299,7 +299,7 @@ def test_the_search_ranks_layers_inside_nested_models(framework):
     x, y = _shape_data("two_levels", model, rows=64)
     signature = signature_of(model)
     data = EvalData(Split((x,), y), None, "arrays")
-    context = Context(model, fw, signature, task_of(model, signature), "accuracy", data, Precision.of("mixed_float16"))
+    context = Context(model, fw, signature, tasks_of(model, signature), "accuracy", data, Precision.of("mixed_float16"))
     rewritten = rewrite(model, fw, RewriteOptions("mixed_float16"), [x])
     names = list(rewritten.plan.mixed)
     scores = dict(rank(context, rewritten.model, names, [x], {"predictions_linear": "predictions"}))

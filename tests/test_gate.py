@@ -17,11 +17,12 @@ from junitparser import Failure, JUnitXml
 from reports import make_report, stored, thresholds, write
 
 from mpconvert.errors import MpconvertError
-from mpconvert.gate import Baseline, Thresholds, evaluate
+from mpconvert.gate import evaluate
 from mpconvert.options import GateOptions
 from mpconvert.render import markdown, write_junit
 from mpconvert.report import Report
 from mpconvert.stored import load_baseline, read_report, stored_thresholds
+from mpconvert.thresholds import Baseline, Thresholds
 
 
 def checks_of(report, th=None) -> dict:

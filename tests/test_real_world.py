@@ -254,17 +254,17 @@ def test_class_ids_on_a_two_unit_sigmoid_are_scored_by_argmax(two_unit_sigmoid, 
 
 
 def test_fine_tuning_class_ids_on_a_sigmoid_compares_one_hot_rows():
-    from mpconvert.data import Split, Task
-    from mpconvert.finetune import training_split
+    from mpconvert.data import Task
+    from mpconvert.finetune import training_labels
     from mpconvert.signature import TensorSpec
 
     task = Task("sigmoid", TensorSpec("scores", (None, 3), "float32"))
-    ids = Split((np.zeros((3, 4), np.float32),), np.array([2, 0, 1]))
-    one_hot = training_split(task, ids, "binary_crossentropy (default for a sigmoid output)")
-    np.testing.assert_array_equal(one_hot.labels, [[0, 0, 1], [1, 0, 0], [0, 1, 0]])
-    assert training_split(task, ids, "sparse_categorical_crossentropy (--loss)") is ids
-    multi_label = Split(ids.inputs, np.array([[1, 0, 1], [0, 0, 0], [1, 1, 1]], np.float32))
-    assert training_split(task, multi_label, "binary_crossentropy") is multi_label
+    ids = np.array([2, 0, 1])
+    one_hot = training_labels(task, ids, "binary_crossentropy (default for a sigmoid output)")
+    np.testing.assert_array_equal(one_hot, [[0, 0, 1], [1, 0, 0], [0, 1, 0]])
+    assert training_labels(task, ids, "sparse_categorical_crossentropy (--loss)") is ids
+    multi_label = np.array([[1, 0, 1], [0, 0, 0], [1, 1, 1]], np.float32)
+    assert training_labels(task, multi_label, "binary_crossentropy") is multi_label
 
 
 @pytest.fixture(scope="module")
@@ -344,6 +344,7 @@ def test_a_failed_onnx_export_keeps_the_savedmodel_and_the_report(two_unit_sigmo
         "details": {"error": reason},
         "failed": True,
         "reason": reason,
+        "outputs": None,
     }
     checks = checks_of(report)
     assert not checks["artifact parity: onnx"]["passed"]

@@ -22,7 +22,7 @@ from reports import make_report, stored, thresholds, write
 from mpconvert import doctor
 from mpconvert.cli import cli
 from mpconvert.errors import MpconvertError
-from mpconvert.gate import SPEED, Thresholds, evaluate
+from mpconvert.gate import SPEED, evaluate
 from mpconvert.options import GateOptions
 from mpconvert.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
@@ -40,6 +40,7 @@ from mpconvert.speed import (
     read_cpu,
     warning_for,
 )
+from mpconvert.thresholds import Thresholds
 
 ROWS = 100
 BATCH = 64

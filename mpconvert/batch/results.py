@@ -63,6 +63,18 @@ def entry(job: Any, key: str, report: dict, status: str, message: str, seconds: 
         step_time_ratio=(report.get("finetune") or {}).get("step_time_ratio"),
         failed_checks=[c["name"] for c in report["gate"]["checks"] if not c["passed"]],
     )
+    if v.get("outputs"):  # several outputs: each scored one's numbers, by name
+        item["outputs"] = [
+            {
+                "name": o["name"],
+                "metric": o["metric"],
+                "before": o["reference"],
+                "after": o["converted"],
+                "drop": o["drop"],
+            }
+            for o in v["outputs"]
+            if o["metric"] is not None
+        ]
     return item
 
 
@@ -79,21 +91,30 @@ def failed_entry(job: Any, key: str, status: str, message: str, seconds: float) 
 
 
 def _apply_baseline(items: list[dict], baseline: dict, max_regression: float) -> None:
-    """The single-model baseline rule (gate.py's: worse_by, then within), per model: no worse than before."""
+    """The single-model baseline rule (gate.py's: worse_by, then within), per model and output: no worse than before."""
     previous = {(m["name"], m["policy"]): m for m in baseline["models"]}
     for item in items:
         old = previous.get((item["name"], item["policy"]))
-        if not old or old.get("after") is None or item["after"] is None or old["metric"] != item["metric"]:
+        if not old:
             continue
-        regression = worse_by(item["metric"], old["after"], item["after"])
-        item["baseline"] = {"after": old["after"], "regression": round(regression, 6)}
-        if not within(regression, max_regression) and item["status"] == "passed":
-            item["status"] = "gate_failed"
-            item["failed_checks"] = [*item["failed_checks"], "baseline regression"]
-            item["message"] = (
-                f"baseline regression: {item['metric']} {item['after']:.4f} vs {old['after']:.4f} before "
-                f"(worse by {regression:.4f} > max {max_regression:.4f})"
-            )
+        pairs = [(None, old, item)]
+        if item.get("outputs"):  # several outputs: each against the same output before
+            before = {o["name"]: o for o in old.get("outputs") or []}
+            pairs = [(o["name"], before.get(o["name"]), o) for o in item["outputs"]]
+        for output, was, now in pairs:
+            if not was or was.get("after") is None or now["after"] is None or was["metric"] != now["metric"]:
+                continue
+            regression = worse_by(now["metric"], was["after"], now["after"])
+            now["baseline"] = {"after": was["after"], "regression": round(regression, 6)}
+            if not within(regression, max_regression) and item["status"] == "passed":
+                check = f"baseline regression: {output}" if output else "baseline regression"
+                where = f"{output} " if output else ""
+                item["status"] = "gate_failed"
+                item["failed_checks"] = [*item["failed_checks"], check]
+                item["message"] = (
+                    f"{check}: {where}{now['metric']} {now['after']:.4f} vs {was['after']:.4f} before "
+                    f"(worse by {regression:.4f} > max {max_regression:.4f})"
+                )
 
 
 def totals(items: list[dict], elapsed: float) -> dict:

@@ -8,6 +8,7 @@ manifest and docs/options.md cannot drift apart.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable
@@ -45,6 +46,29 @@ def parse_tolerances(ctx: click.Context, param: click.Parameter, values: tuple[s
             raise click.BadParameter(f"{value!r}: expected X or KIND=X with X a number >= 0, e.g. 1e-3 or onnx=0.05")
         parsed.append((kind or None, x))
     return tuple(parsed)
+
+
+def per_output_parser(spec: Keyword):
+    """`X` (every output) or `OUTPUT=X`, repeatable -> ((output or None, X), ...), X checked like the API's."""
+    one = dataclasses.replace(spec, default=0)
+
+    def parse(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]):
+        parsed = []
+        for value in values:
+            output, _, text = value.rpartition("=")
+            item: object = text
+            if not spec.choices:
+                try:
+                    item = float(text)
+                except ValueError:
+                    item = math.nan
+            if item != item or not one.in_range(item):  # NaN, or out of range
+                example = f"{spec.choices[0]} or OUTPUT={spec.choices[-1]}" if spec.choices else "0.01 or OUTPUT=0.02"
+                raise click.BadParameter(f"{value!r}: expected X or OUTPUT=X with X {one.rule()}, e.g. {example}")
+            parsed.append((output or None, item))
+        return tuple(parsed)
+
+    return parse
 
 
 def _number_type(spec: Keyword) -> click.ParamType:
@@ -92,6 +116,9 @@ def option_for(spec: Keyword, stored: bool = False, help_text: str | None = None
     elif spec.kind == "tolerances":
         kwargs["multiple"] = True
         kwargs["callback"] = parse_tolerances
+    elif spec.kind == "per_output":
+        kwargs["multiple"] = True
+        kwargs["callback"] = per_output_parser(spec)
     elif spec.kind == "path":
         kwargs["type"] = click.Path(path_type=Path)
     elif spec.choices:

@@ -16,9 +16,10 @@ import numpy as np
 
 from ..configs import model_class, model_config
 from ..context import Context
-from ..gate import Thresholds, check_accuracy, check_agreement
+from ..gate import validation_checks
 from ..options import LINT_ROWS, AutoKeepOptions, RewriteOptions
 from ..rewrite import Plan, Rewritten, plan_conversion
+from ..thresholds import Thresholds
 from .lint import Lint, lint
 from .search import Search, search
 
@@ -54,18 +55,15 @@ def keep_by_lint(context: Context, options: RewriteOptions) -> tuple[Lint, Rewri
 
 
 def passes(validation: dict, thresholds: Thresholds) -> bool:
-    """The gate's accuracy and agreement checks, the two the search can fix."""
-    if not check_accuracy(validation, thresholds.max_drop).passed:
-        return False
-    judged = validation.get("agreement") is not None or validation.get("kept_correct") is not None
-    return not judged or check_agreement(validation, thresholds.min_agreement).passed
+    """The gate's metric, agreement and drift checks, on every output: the ones the search can fix."""
+    return all(check.passed for check in validation_checks(validation, thresholds))
 
 
 def _reason(before: dict, after: dict) -> str:
+    if before.get("nonfinite_outputs"):  # on any output: the search fixed that first
+        return f"accuracy-driven search: {before['nonfinite_outputs']} NaN/inf outputs -> {after['nonfinite_outputs']}"
     if before.get("drop") is not None and after.get("drop") is not None:
         return f"accuracy-driven search: drop {before['drop']:.3f} -> {after['drop']:.3f}"
-    if before.get("nonfinite_outputs"):
-        return f"accuracy-driven search: {before['nonfinite_outputs']} NaN/inf outputs -> {after['nonfinite_outputs']}"
     return f"accuracy-driven search: agreement {before.get('agreement') or 0:.3f} -> {after.get('agreement') or 0:.3f}"
 
 

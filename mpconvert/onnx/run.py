@@ -34,11 +34,18 @@ RUNTIME_REFERENCE = "onnx.reference"
 
 @dataclass(frozen=True)
 class OnnxRun:
-    outputs: list[np.ndarray]
+    outputs: list[np.ndarray]  # in the graph's output order
     runtime: str
     # Non-empty when ONNX Runtime could not run the file as written (missing
     # 16-bit kernels) and ran a copy with these op types computed in float32.
     promoted_ops: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # the graph's output names, in that order
+
+    def by_name(self, names: list[str]) -> list[np.ndarray]:
+        """The outputs in the order of `names` (a Keras signature's), where the graph has them all."""
+        if not set(names) <= set(self.names):
+            return self.outputs
+        return [self.outputs[self.names.index(name)] for name in names]
 
     @property
     def native(self) -> bool:
@@ -140,9 +147,10 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
         session = ort.InferenceSession(model_bytes, options, providers=providers)
         return list(session.run(None, feeds)), "onnxruntime:" + session.get_providers()[0]
 
+    names = [o.name for o in proto.graph.output]
     try:
         outputs, runtime = ort_run(proto.SerializeToString())
-        return OnnxRun(outputs=outputs, runtime=runtime)
+        return OnnxRun(outputs=outputs, runtime=runtime, names=names)
     except Exception as exc:
         if not missing_kernel(exc):
             raise
@@ -151,7 +159,7 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
         promoted, ops = promote_16bit_ops(proto)
         try:
             outputs, runtime = ort_run(promoted.SerializeToString())
-            return OnnxRun(outputs=outputs, runtime=runtime, promoted_ops=ops)
+            return OnnxRun(outputs=outputs, runtime=runtime, promoted_ops=ops, names=names)
         except Exception as exc:
             if not missing_kernel(exc):
                 raise
@@ -160,7 +168,7 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
 
     outputs = [np.asarray(o) for o in ReferenceEvaluator(proto).run(None, feeds)]
     _check_declared(proto, outputs)
-    return OnnxRun(outputs=outputs, runtime=RUNTIME_REFERENCE)
+    return OnnxRun(outputs=outputs, runtime=RUNTIME_REFERENCE, names=names)
 
 
 def _check_declared(proto, outputs):

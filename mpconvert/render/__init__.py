@@ -219,21 +219,54 @@ def _render_finetune(console: Console, f: dict) -> None:
 
 
 def _render_validation(console: Console, v: dict) -> None:
-    if v["metric"] is None:
+    if v.get("outputs"):
+        for o in v["outputs"]:
+            _render_output(console, o)
+    elif v["metric"] is None:
         console.print(
             f"  [yellow]accuracy not measured[/]: no --data given; output drift on {v['rows']} generated inputs"
         )
     else:
         before, after = format_number(v["reference"]), format_number(v["converted"])
         console.print(f"  {v['metric']} on {v['rows']} samples: {before} -> {after}")
+    if not v.get("outputs"):
+        console.print("  " + ", ".join(_comparison(v)))
+    if v.get("note") and v["metric"] is not None:
+        console.print(f"  [yellow]{v['note']}[/]")
+    overlap = v.get("overlap")
+    if overlap and (overlap["in_train"] or overlap["duplicates_within_validation"]):
+        console.print(f"  [yellow]{escape(overlap_line(overlap))}[/]")
+
+
+def overlap_line(overlap: dict) -> str:
+    """What the leakage check found, in one line (the gate fails it only when fine-tuning trained on it)."""
+    parts = []
+    if overlap["in_train"]:
+        parts.append(
+            f"{overlap['in_train']} of {overlap['validation_rows']} validation rows ({overlap['share']:.1%}) "
+            "are also training rows"
+        )
+    if overlap["duplicates_within_validation"]:
+        parts.append(f"{overlap['duplicates_within_validation']} validation rows repeat other validation rows")
+    return "warning: " + "; ".join(parts) + " (exact copies over every input)"
+
+
+def _comparison(v: dict) -> list[str]:
     parts = []
     if v["agreement"] is not None:
         harm = _harm(v, 1)
         parts.append(f"predictions agree on {v['agreement']:.1%}" + (f" ({harm})" if harm else ""))
     parts.append(f"max |diff| {format_number(v['max_abs_diff'], 6)}")
-    console.print("  " + ", ".join(parts))
-    if v.get("note") and v["metric"] is not None:
-        console.print(f"  [yellow]{v['note']}[/]")
+    return parts
+
+
+def _render_output(console: Console, o: dict) -> None:
+    """One output of a multi-output model: its metric (or that it has no labels) and its drift."""
+    if o["metric"] is None:
+        head = "no labels (drift only)"
+    else:
+        head = f"{o['metric']} {format_number(o['reference'])} -> {format_number(o['converted'])}"
+    console.print(f"  output {o['name']}: {head}; " + ", ".join(_comparison(o)))
 
 
 def _harm(v: dict, digits: int) -> str | None:

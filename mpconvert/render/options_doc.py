@@ -6,6 +6,8 @@ writes it; a test fails when the committed file and the declarations differ.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..keywords import Keyword
 from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
 
@@ -52,6 +54,7 @@ _KIND_WORDS = {
     "strings": "text, repeatable (TOML: a list)",
     "kinds": "comma-separated (TOML: a list)",
     "tolerances": "`X` or `KIND=X`, repeatable (API: a number or {kind: X}; TOML: a number or table)",
+    "per_output": "`X` or `OUTPUT=X`, repeatable (API: a value or {output: value}; TOML: a value or table)",
     "path": "file path (manifest: relative to it)",
     "object": "Python objects",
 }
@@ -75,6 +78,9 @@ def _row(spec: Keyword) -> str:
     kind = rule if rule and not spec.choices else _KIND_WORDS[spec.kind]
     if spec.choices:
         kind = " \\| ".join(f"`{c}`" for c in spec.choices)
+    if spec.kind == "per_output":
+        one = dataclasses.replace(spec, default=0).rule()
+        kind = f"{_KIND_WORDS['per_output']}; X {one}"
     text = spec.help.replace("|", "\\|")
     return f"| {flag} | `{spec.name}` | {kind} | {_default(spec).replace('|', '/')} | {text} |"
 
