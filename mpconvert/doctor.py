@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from .errors import first_line
 from .precision import PRECISIONS
 from .speed import Hardware, fast_units, median_ms, probe_hardware
+from .speed.layers import bench_layers, pathologies, with_onednn_off
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -79,41 +80,6 @@ def _result(op: str, matmul: tuple, conv: tuple, runs: dict, failed: dict[str, s
     else:
         shape = f"3x3, {conv[3]}->{conv[4]} channels, {conv[0]}x{conv[1]}x{conv[2]}"
     return {"shape": shape, **_timed(median_ms(runs, repeats=repeats, budget_s=BUDGET_S, warmup=1), failed)}
-
-
-# --- TensorFlow -----------------------------------------------------------------
-
-
-def bench_tensorflow(matmul: tuple = MATMUL, conv: tuple = CONV, repeats: int = REPEATS) -> dict:
-    """Matmul and conv in each dtype through tf.function on TensorFlow's default device."""
-    import tensorflow as tf
-
-    rng = tf.random.Generator.from_seed(0)
-    rows, inputs, outputs = matmul
-    images, height, width, c_in, c_out = conv
-    cases = {
-        "matmul": (lambda a, b: tf.matmul(a, b), [(rows, inputs), (inputs, outputs)]),
-        "conv": (lambda x, k: tf.nn.conv2d(x, k, 1, "SAME"), [(images, height, width, c_in), (3, 3, c_in, c_out)]),
-    }
-    result = {}
-    for op, (compute, shapes) in cases.items():
-        runs, failed = {}, {}
-        for dtype in DTYPES:
-            args = [tf.cast(rng.normal(shape, stddev=0.1), dtype) for shape in shapes]
-
-            traced = tf.function(compute)
-
-            def run(fn=traced, args=args):
-                return fn(*args).numpy()  # .numpy(): wait for the device to finish
-
-            try:
-                run()  # traces, and tells whether this device has a kernel for the dtype
-            except (tf.errors.OpError, TypeError, ValueError) as exc:
-                failed[dtype] = f"not supported: {first_line(exc, 200)}"
-                continue
-            runs[dtype] = run
-        result[op] = _result(op, matmul, conv, runs, failed, repeats)
-    return result
 
 
 # --- ONNX Runtime ---------------------------------------------------------------
@@ -212,65 +178,109 @@ def bench_onnxruntime(
 # --- the recommendation -----------------------------------------------------------
 
 
-def _speedups(bench: dict, dtype: str) -> dict[str, float | None]:
-    return {op: bench[op][dtype]["speedup"] for op in ("matmul", "conv")}
-
-
 def _geomean(values) -> float | None:
-    """None when an op did not run: a policy that cannot run a conv here does not pay on its matmul."""
+    """None when a layer did not run: a policy that cannot run an LSTM here does not pay on its Dense."""
     values = list(values)
     if not values or any(v is None or v <= 0 for v in values):
         return None
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def _ratios(speedups: dict[str, float | None]) -> str:
-    return ", ".join(f"{op} {'not supported' if s is None else f'{s:.2f}x'}" for op, s in speedups.items())
+def _ratios(layers: dict, policy: str) -> str:
+    parts = []
+    for case, entry in layers.items():
+        speedup = entry[policy]["speedup"]
+        parts.append(f"{case} {'not supported' if speedup is None else f'{speedup:.2f}x'}")
+    return ", ".join(parts)
+
+
+def _onnx_speedups(bench: dict, dtype: str) -> str:
+    ops = {op: bench[op][dtype]["speedup"] for op in ("matmul", "conv")}
+    if all(s is None for s in ops.values()):
+        return f"{dtype} not supported"
+    return f"{dtype} " + ", ".join(f"{op} {'not supported' if s is None else f'{s:.2f}x'}" for op, s in ops.items())
 
 
 @dataclass(frozen=True)
 class Recommendation:
     policy: str | None  # None: neither policy pays here; keep float32
     lines: tuple[str, ...]
-    policies: dict[str, dict]  # policy -> {"matmul", "conv" (speed-ups), "speedup" (their geometric mean), "pays"}
+    # policy -> {layer: speed-up, ..., "speedup" (their geometric mean), "pays"}
+    policies: dict[str, dict]
+    # Layers far slower under a policy than in float32, with what fixes them (measured)
+    pathologies: tuple[dict, ...] = ()
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def recommend(hardware: Hardware, tensorflow: dict, onnxruntime: dict | None = None) -> Recommendation:
-    """The policy measured fastest here in TensorFlow, if any pays, with the numbers in words."""
+def recommend(
+    hardware: Hardware, layers: dict, onnxruntime: dict | None = None, found: list[dict] | None = None
+) -> Recommendation:
+    """The policy measured fastest here on Keras layers in tf.function, if any pays, with the numbers in words.
+
+    `found` are the pathological kernels (`layers.pathologies`), with their
+    fixes measured; they are named first, since they dominate everything.
+    """
     judged = {}
-    for name, precision in PRECISIONS.items():
-        ops = _speedups(tensorflow, precision.compute_dtype)
-        gain = _geomean(ops.values())
-        judged[name] = {**ops, "speedup": None if gain is None else round(gain, 3), "pays": bool(gain and gain >= PAYS)}
+    for name in PRECISIONS:
+        speedups = {case: entry[name]["speedup"] for case, entry in layers.items()}
+        gain = _geomean(speedups.values())
+        judged[name] = {
+            **speedups,
+            "speedup": None if gain is None else round(gain, 3),
+            "pays": bool(gain and gain >= PAYS),
+        }
     paying = sorted((p for p in judged if judged[p]["pays"]), key=lambda p: -judged[p]["speedup"])
     best = paying[0] if paying else None
     lines = []
     if best:
-        ops = _speedups(tensorflow, PRECISIONS[best].compute_dtype)
-        lines.append(f"{best}: {_ratios(ops)} faster than float32 in TensorFlow here ({hardware.device})")
+        lines.append(
+            f"{best}: {_ratios(layers, best)} of float32's speed (geometric mean {judged[best]['speedup']:.2f}x) "
+            f"for Keras layers in tf.function here ({hardware.device})"
+        )
     else:
         lines.append(
-            f"keep float32 here: neither policy is at least {PAYS:g}x as fast as float32 in TensorFlow "
-            f"({hardware.device}); convert for the hardware the model will serve on, whose gain is not measured here"
+            f"keep float32 here: neither policy is at least {PAYS:g}x as fast as float32 on Keras layers in "
+            f"tf.function ({hardware.device}); convert for the hardware the model will serve on, whose gain is "
+            "not measured here"
         )
     for name in PRECISIONS:
         if name == best:
             continue
-        ops = _speedups(tensorflow, PRECISIONS[name].compute_dtype)
         has, why = fast_units(hardware, PRECISIONS[name].compute_dtype)
         reason = f" ({why})" if has is False else ""
         verdict = "will not pay here" if not judged[name]["pays"] else "also pays here"
-        lines.append(f"{name} {verdict}: {_ratios(ops)} of float32's speed in TensorFlow{reason}")
+        lines.append(f"{name} {verdict}: {_ratios(layers, name)} of float32's speed{reason}")
+    for finding in found or []:
+        lines.insert(0, finding["summary"])
     for provider, bench in (onnxruntime or {}).items():
-        parts = []
-        for dtype in DTYPES[1:]:
-            ops = _speedups(bench, dtype)
-            parts.append(f"{dtype} " + ("not supported" if all(s is None for s in ops.values()) else _ratios(ops)))
-        lines.append(f"ONNX Runtime {provider}: {'; '.join(parts)} (against float32)")
-    return Recommendation(best, tuple(lines), judged)
+        parts = [_onnx_speedups(bench, dtype) for dtype in DTYPES[1:]]
+        lines.append(f"ONNX Runtime {provider}: {'; '.join(parts)} (bare MatMul and Conv, against float32)")
+    return Recommendation(best, tuple(lines), judged, tuple(found or ()))
+
+
+def explain_pathologies(layers: dict, fixed: dict | None) -> list[dict]:
+    """Each pathological (layer, policy) with what fixes it: the other policy, and oneDNN rewrites off (measured)."""
+    found = []
+    for finding in pathologies(layers):
+        layer, policy = finding["layer"], finding["policy"]
+        other = next(p for p in PRECISIONS if p != policy)
+        other_speedup = layers[layer][other]["speedup"]
+        off = ((fixed or {}).get(layer) or {}).get(policy, {}).get("speedup")
+        fixes = []
+        if other_speedup is not None:
+            fixes.append(f"{other} runs it at {other_speedup:.2f}x of float32's speed")
+        if off is not None:
+            fixes.append(f"with TF_ENABLE_ONEDNN_OPTS=0 {policy} runs it at {off:.2f}x")
+        elif fixed is None:
+            fixes.append("TF_ENABLE_ONEDNN_OPTS=0 could not be measured (the child process failed)")
+        summary = (
+            f"{policy}'s {layer} kernel is {finding['slower']:g}x slower than float32 here ({finding['what']}): "
+            "a broken kernel, not a missing speed-up" + (f"; {'; '.join(fixes)}" if fixes else "")
+        )
+        found.append({**finding, "other_policy_speedup": other_speedup, "onednn_off_speedup": off, "summary": summary})
+    return found
 
 
 # --- everything, for the command --------------------------------------------------
@@ -281,7 +291,7 @@ class Diagnosis:
     hardware: Hardware
     providers: dict[str, list[str]]
     versions: dict[str, str | None]
-    tensorflow: dict  # bench_tensorflow's result
+    layers: dict  # speed.layers.bench_layers's result
     onnxruntime: dict[str, dict]  # provider -> bench_onnxruntime's result
     recommendation: Recommendation
     seconds: float = 0.0
@@ -292,7 +302,7 @@ class Diagnosis:
             "onnxruntime": self.providers,
             "versions": self.versions,
             "benchmark": {
-                "tensorflow": {"device": self.hardware.device, **self.tensorflow},
+                "layers": {"device": self.hardware.device, **self.layers},
                 "onnxruntime": self.onnxruntime,
                 "seconds": round(self.seconds, 2),
             },
@@ -303,9 +313,9 @@ class Diagnosis:
 def diagnose(
     hardware: Hardware | None = None, matmul: tuple | None = None, conv: tuple | None = None, repeats: int = REPEATS
 ) -> Diagnosis:
-    """Facts, the micro-benchmark (a few seconds) and the recommendation.
+    """Facts, the benchmarks (Keras layers in TensorFlow, bare ops in ONNX Runtime; seconds) and the recommendation.
 
-    `hardware` defaults to this machine's; the shapes to MATMUL and CONV.
+    `hardware` defaults to this machine's; the ONNX Runtime shapes to MATMUL and CONV.
     """
     from . import __version__
     from .report import versions
@@ -314,11 +324,13 @@ def diagnose(
     matmul, conv = matmul or MATMUL, conv or CONV
     providers = onnxruntime_providers()
     start = time.perf_counter()
-    tensorflow = bench_tensorflow(matmul, conv, repeats)
+    timed_layers = bench_layers()
+    slow = pathologies(timed_layers)
+    fixed = with_onednn_off(tuple(dict.fromkeys(f["layer"] for f in slow))) if slow else {}
     # TensorRT builds an engine per graph (seconds each): only CUDA and CPU are timed.
     timed = [p for p in providers["usable"] if p != ORT_TENSORRT][:1]
     onnxruntime = {p: bench_onnxruntime(p, matmul, conv, repeats) for p in timed}
     seconds = time.perf_counter() - start
     found = {"mpconvert": __version__, **versions()}
-    advice = recommend(hardware, tensorflow, onnxruntime)
-    return Diagnosis(hardware, providers, found, tensorflow, onnxruntime, advice, seconds)
+    advice = recommend(hardware, timed_layers, onnxruntime, explain_pathologies(timed_layers, fixed))
+    return Diagnosis(hardware, providers, found, timed_layers, onnxruntime, advice, seconds)

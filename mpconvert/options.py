@@ -185,6 +185,10 @@ DEFAULT_PAD_MULTIPLE = 8
 DEFAULT_MAX_PAD_OVERHEAD = 0.25
 
 
+# The speed stage's serving batch: large enough that a Dense(4096) layer is
+# bound by arithmetic, not call overhead (speed/measure.py's SPEED_BATCH).
+DEFAULT_SPEED_BATCH = 256
+
 # Rows of validation input replayed through the padded model (the proof)
 # and through each exported artifact (parity).
 PARITY_SAMPLES = 256
@@ -410,6 +414,17 @@ class ConvertOptions:
         kind="bool",
         help="Time the converted model against float32 on this machine (a few seconds; report.json speed).",
     )
+    speed_batch: int = keyword(
+        DEFAULT_SPEED_BATCH,
+        kind="int",
+        minimum=1,
+        metavar="N",
+        help="Rows per timed call of the speed stage and --bench-onnx, a serving batch; the data's rows are "
+        "repeated when it has fewer.",
+    )
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
 
     @property
     def precision(self) -> Precision:

@@ -34,7 +34,17 @@ from .pad import PadPlan, pad, plan_model_padding
 from .report import Report, json_safe
 from .rewrite import Plan, output_activation, plan_conversion, rewrite
 from .signature import Signature, generate_inputs, refuse_string_inputs, signature_of
-from .speed import SPEED_BATCH, Speed, measure_onnx_speed, measure_speed, probe_hardware, warning_for
+from .speed import (
+    SPEED_BATCH,
+    Speed,
+    fast_units,
+    measure_onnx_speed,
+    measure_speed,
+    padding_cost,
+    probe_hardware,
+    warning_for,
+)
+from .speed.slow_kernel import guard
 from .thresholds import Thresholds
 from .trace import output_layers
 from .validate import choose_metrics, validate
@@ -51,6 +61,9 @@ class Hooks:
     finetune_step: StepCallback | None = None
     # Said before converting, e.g. that float16 cannot be fast on this CPU.
     warning: Callable[[str], None] = lambda text: None
+    # Whether the caller can run itself again with oneDNN's rewrites off
+    # (speed.slow_kernel.Restart): the command line and batch workers can.
+    may_restart: bool = False
 
 
 @dataclass
@@ -81,6 +94,7 @@ class Converted:
     loaded: Loaded
     report: Report
     inputs: tuple[Path, ...]  # files the run read, which no output may overwrite
+    speed_batch: int = SPEED_BATCH  # the serving batch the speed stage (and --bench-onnx) time at
 
 
 def _kind(activation: str | None) -> str:
@@ -104,6 +118,12 @@ def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
         return (Task(_kind(output_activation(model_config(model), model_class(model))), signature.outputs[0]),)
     layers = output_layers(model)
     return tuple(Task(_kind(_activation_of(layer)), spec) for layer, spec in zip(layers, signature.outputs))
+
+
+def _target_note(precision: Any) -> str | None:
+    """Said beside the speed figures when this machine lacks the units the policy is for."""
+    fast, why = fast_units(probe_hardware(), precision.compute_dtype)
+    return None if fast is not False else f"this machine's figure, not the target's ({why})"
 
 
 def refuse_unknown_outputs(signature: Signature, options: ConvertOptions) -> None:
@@ -202,10 +222,16 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
     smoke = [x[:2] for x in data.validation.inputs]
     finetune_options = options.finetune.resolved(has_train=data.train is not None)
 
+    slow: list = []  # the slow-kernel guard's finding, after the first rewrite
+
     def convert_with(rewrite_options: RewriteOptions):
         """rewrite -> finetune -> validate, once per set of layers kept float32."""
         with clock.stage("rewrite"):
             rewritten = rewrite(loaded.model, framework, rewrite_options, proof_rows(data))
+        if not slow:  # before any minutes go into a broken kernel
+            with clock.stage("kernel check"):
+                rows = list(data.validation.inputs)
+                slow.append(guard(precision.name, loaded.model, rewritten.model, signature, rows, hooks.may_restart))
         tuning = None
         if finetune_options.steps:
             with clock.stage("finetune"):
@@ -235,10 +261,20 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
                 rows = [x[: options.pad.proof_samples] for x in data.validation.inputs]
                 padding = pad(rewritten.model, framework, options.pad, rows, precision)
                 model = padding.model
-        speed = None
+        speed = padded_cost = None
         if options.speed:
             with clock.stage("speed"):
-                speed = measure_speed(loaded.model, model, list(data.validation.inputs), signature=signature)
+                speed = measure_speed(
+                    loaded.model, model, list(data.validation.inputs), signature=signature, batch=options.speed_batch
+                )
+                if model is not rewritten.model:  # padded: what its pad/slice ops cost here
+                    padded_cost = padding_cost(
+                        rewritten.model,
+                        model,
+                        list(data.validation.inputs),
+                        signature=signature,
+                        batch=options.speed_batch,
+                    )
     report = Report(
         policy=precision.name,
         source=loaded.source(options.load.path),
@@ -249,10 +285,15 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         finetune=tuning.as_dict() if tuning else None,
         padding=padding.report if padding else None,
         auto_keep=auto.as_dict(),
-        speed={**speed.as_dict(), "warning": warning} if speed else None,
+        speed=(
+            {**speed.as_dict(), "warning": warning, "target_note": _target_note(precision), "padding": padded_cost}
+            if speed
+            else None
+        ),
+        slow_kernel=slow[0] if slow else None,
         timings=clock.timings,
     )
-    return Converted(model, rewritten.plan, context, loaded, report, read_files(options, data))
+    return Converted(model, rewritten.plan, context, loaded, report, read_files(options, data), options.speed_batch)
 
 
 def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:
@@ -284,16 +325,18 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
             )
         speed = converted.report.speed
         if options.export.bench_onnx and (staging / "model.onnx").is_file():
+            batch = speed["batch"] if speed else converted.speed_batch
             with clock.stage("bench-onnx"):
                 timing = measure_onnx_speed(
                     context.original,
                     staging / "model.onnx",
                     list(context.data.validation.inputs),
                     signature=context.signature,
+                    batch=batch,
                     opset=options.export.opset,
                 )
             rows = context.data.validation.rows
-            measured = Speed.from_dict(speed) if speed else Speed(probe_hardware().device, min(SPEED_BATCH, rows), rows)
+            measured = Speed.from_dict(speed) if speed else Speed(probe_hardware().device, batch, rows)
             speed = {**(speed or {}), **measured.with_path("onnx", timing).as_dict()}
         report = dataclasses.replace(
             converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings, speed=speed

@@ -64,6 +64,7 @@ class Report:
     padding: dict | None = None  # the padding stage's result; None when it did not run
     auto_keep: dict | None = None  # what the lint and the search kept float32, and why
     speed: dict | None = None  # the speed (and activation memory) the conversion bought here
+    slow_kernel: dict | None = None  # a broken 16-bit kernel found right after the rewrite, and what was done
     artifacts: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict = field(default_factory=versions)
@@ -100,6 +101,7 @@ class Report:
                 "padding": self.padding,
                 "auto_keep": self.auto_keep,
                 "speed": self.speed,
+                "slow_kernel": self.slow_kernel,
                 "artifacts": self.artifacts,
                 "versions": self.versions,
                 "timings": {k: round(v, 3) for k, v in self.timings.items()},

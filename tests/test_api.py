@@ -147,7 +147,15 @@ def test_convert_leaves_model_policy_and_disk_alone_and_prints_nothing(K, tmp_pa
     assert K.mixed_precision.global_policy().name == before_policy
     assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))
     assert {layer.dtype_policy.name for layer in model.layers} == {"float32"}
-    assert stages == ["load", "lint", "rewrite", "validate", "pad", "speed"]  # no training split: no fine-tune
+    assert stages == [
+        "load",
+        "lint",
+        "rewrite",
+        "kernel check",
+        "validate",
+        "pad",
+        "speed",
+    ]  # no training split: no fine-tune
     assert conv.passed and conv.report["validation"]["rows"] == 300 and conv.report["artifacts"] == []
     assert conv.report["source"]["format"] == "object" and conv.report["source"]["path"] is None
     hidden = conv.model.get_layer("hidden")

@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np
 import pytest
+import tiny_models
 from click.testing import CliRunner
 from junitparser import JUnitXml
 from reports import make_report, stored, thresholds, write
@@ -92,11 +93,16 @@ def test_speed_of_both_paths_has_its_numbers_and_an_exact_ratio(K):
     json.dumps(found, allow_nan=False)  # fits report.json
 
 
-def test_speed_batch_is_every_row_when_the_data_has_fewer(K):
+def test_speed_batch_is_generated_from_the_inputs_shapes_when_the_data_has_fewer_rows(K):
+    # Timing at the data's 20 rows would say little about a serving batch: rows are generated up to it.
     original, model, rows = converted(K, "mixed_float16")
-    speed = measure_speed(original, model, [rows[:20]], paths=("keras",), memory=False, repeats=3, budget_s=0.1)
-    assert (speed.batch, speed.rows, list(speed.paths), speed.memory) == (20, 20, ["keras"], None)
-    assert "batch 20 of all 20 validation rows" in speed.summary
+    speed = measure_speed(
+        original, model, [rows[:20]], batch=48, paths=("keras",), memory=False, repeats=3, budget_s=0.1
+    )
+    assert (speed.batch, speed.rows, list(speed.paths), speed.memory) == (48, 20, ["keras"], None)
+    assert "batch 48, the data's 20 rows repeated" in speed.summary
+    exact = measure_speed(original, model, [rows[:20]], batch=20, paths=("keras",), memory=False, repeats=3)
+    assert "batch 20 of all 20 validation rows" in exact.summary
 
 
 def test_an_unknown_path_is_refused():
@@ -254,8 +260,8 @@ def test_cpu_features_are_read_from_cpuinfo(tmp_path):
 # --- the doctor ---------------------------------------------------------------------------
 
 
-def bench(float16, bfloat16):
-    """A TensorFlow benchmark result with these (matmul, conv) speed-ups over float32; None: no kernel."""
+def layers(float16, bfloat16):
+    """A layer benchmark with these (dense, conv) speed-ups over float32; None: no kernel."""
 
     def entry(speedup):
         if speedup is None:
@@ -263,20 +269,25 @@ def bench(float16, bfloat16):
         return {"ms": 10.0 / speedup, "speedup": speedup, "note": None}
 
     return {
-        op: {"shape": "...", "float32": entry(1.0), "float16": entry(float16[i]), "bfloat16": entry(bfloat16[i])}
-        for i, op in enumerate(("matmul", "conv"))
+        case: {
+            "what": f"a {case} layer",
+            "float32": entry(1.0),
+            "mixed_float16": entry(float16[i]),
+            "mixed_bfloat16": entry(bfloat16[i]),
+        }
+        for i, case in enumerate(("dense", "conv"))
     }
 
 
-def test_the_doctor_recommends_the_policy_measured_faster():
-    found = doctor.recommend(BF16_CPU, bench(float16=(0.5, 0.8), bfloat16=(1.7, 1.2)))
+def test_the_doctor_recommends_the_policy_measured_faster_on_layers():
+    found = doctor.recommend(BF16_CPU, layers(float16=(0.5, 0.8), bfloat16=(1.7, 1.2)))
     assert found.policy == "mixed_bfloat16"
-    assert (
-        found.lines[0]
-        == "mixed_bfloat16: matmul 1.70x, conv 1.20x faster than float32 in TensorFlow here (CPU: AMD EPYC 9454)"
+    assert found.lines[0] == (
+        "mixed_bfloat16: dense 1.70x, conv 1.20x of float32's speed (geometric mean 1.43x) "
+        "for Keras layers in tf.function here (CPU: AMD EPYC 9454)"
     )
     assert found.lines[1] == (
-        "mixed_float16 will not pay here: matmul 0.50x, conv 0.80x of float32's speed in TensorFlow "
+        "mixed_float16 will not pay here: dense 0.50x, conv 0.80x of float32's speed "
         "(no float16 units on this CPU: neither avx512_fp16 nor amx_fp16)"
     )
     assert found.policies["mixed_bfloat16"]["speedup"] == pytest.approx((1.7 * 1.2) ** 0.5, abs=1e-3)
@@ -284,25 +295,58 @@ def test_the_doctor_recommends_the_policy_measured_faster():
 
 
 def test_the_doctor_keeps_float32_when_nothing_pays():
-    found = doctor.recommend(PLAIN_CPU, bench(float16=(0.6, 0.9), bfloat16=(1.05, 1.0)))
+    found = doctor.recommend(PLAIN_CPU, layers(float16=(0.6, 0.9), bfloat16=(1.05, 1.0)))
     assert found.policy is None
     assert found.lines[0].startswith("keep float32 here: neither policy is at least 1.1x as fast as float32")
     assert all(any(p in line for line in found.lines) for p in POLICIES)  # each policy is named with its numbers
 
 
 def test_the_doctor_says_not_supported_for_a_missing_kernel():
-    found = doctor.recommend(PLAIN_CPU, bench(float16=(2.0, 2.0), bfloat16=(None, None)))
+    found = doctor.recommend(PLAIN_CPU, layers(float16=(2.0, 2.0), bfloat16=(None, None)))
     assert found.policy == "mixed_float16"
-    assert "mixed_bfloat16 will not pay here: matmul not supported, conv not supported" in found.lines[1]
-    # A policy that runs the matmul fast but has no conv kernel does not pay.
-    partial = doctor.recommend(PLAIN_CPU, bench(float16=(0.5, 0.5), bfloat16=(2.0, None)))
+    assert "mixed_bfloat16 will not pay here: dense not supported, conv not supported" in found.lines[1]
+    # A policy that runs the Dense fast but has no conv kernel does not pay.
+    partial = doctor.recommend(PLAIN_CPU, layers(float16=(0.5, 0.5), bfloat16=(2.0, None)))
     assert partial.policy is None and partial.policies["mixed_bfloat16"]["speedup"] is None
 
 
-def test_doctor_json_has_every_section(monkeypatch):
+def test_a_pathological_kernel_is_named_with_its_fixes_first():
+    # The Xeon's figures: a float16 Dense 67x slower than float32, bfloat16 fine.
+    timed = layers(float16=(1 / 67, 0.9), bfloat16=(1.3, 1.1))
+    fixed = {"dense": {"mixed_float16": {"speedup": 1.2}}}
+    found = doctor.explain_pathologies(timed, fixed)
+    assert [(f["layer"], f["policy"], f["slower"]) for f in found] == [("dense", "mixed_float16", 67.0)]
+    assert found[0]["summary"] == (
+        "mixed_float16's dense kernel is 67x slower than float32 here (a dense layer): a broken kernel, "
+        "not a missing speed-up; mixed_bfloat16 runs it at 1.30x of float32's speed; "
+        "with TF_ENABLE_ONEDNN_OPTS=0 mixed_float16 runs it at 1.20x"
+    )
+    advice = doctor.recommend(PLAIN_CPU, timed, found=found)
+    assert advice.lines[0] == found[0]["summary"] and advice.pathologies[0]["onednn_off_speedup"] == 1.2
+    assert (
+        doctor.explain_pathologies(layers(float16=(0.3, 0.9), bfloat16=(1.0, 1.0)), {}) == []
+    )  # 3.3x: slow, not broken
+
+
+TINY_CASES = {
+    "dense": (
+        "Dense(16, relu), batch 8",
+        lambda K: (K.Input((16,)), lambda x, dtype: K.layers.Dense(16, activation="relu", dtype=dtype)(x), 8),
+    )
+}
+
+
+def tiny_doctor(monkeypatch):
     # Tiny shapes: the structure is the point, not the numbers.
+    from mpconvert.speed import layers as layer_bench
+
     monkeypatch.setattr(doctor, "MATMUL", (8, 16, 16))
     monkeypatch.setattr(doctor, "CONV", (2, 8, 8, 4, 4))
+    monkeypatch.setattr(layer_bench, "CASES", TINY_CASES)
+
+
+def test_doctor_json_has_every_section(monkeypatch):
+    tiny_doctor(monkeypatch)
     result = CliRunner().invoke(cli, ["doctor", "--json"])
     assert result.exit_code == 0, result.output
     found = json.loads(result.stdout)
@@ -311,13 +355,14 @@ def test_doctor_json_has_every_section(monkeypatch):
     assert set(found["hardware"]["cpu_features"]) == {"avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"}
     assert "CPUExecutionProvider" in found["onnxruntime"]["usable"]
     assert found["versions"]["tensorflow"] and found["versions"]["mpconvert"]
-    tf_bench = found["benchmark"]["tensorflow"]
-    assert tf_bench["device"] == found["hardware"]["device"]
-    for op in ("matmul", "conv"):
-        assert tf_bench[op]["float32"]["ms"] > 0 and tf_bench[op]["float32"]["speedup"] == 1.0
-        for dtype in ("float16", "bfloat16"):
-            entry = tf_bench[op][dtype]
-            assert (entry["ms"] is None) == (entry["note"] is not None)
+    timed = found["benchmark"]["layers"]
+    assert timed["device"] == found["hardware"]["device"]
+    dense = timed["dense"]
+    assert dense["what"] == "Dense(16, relu), batch 8"
+    assert dense["float32"]["ms"] > 0 and dense["float32"]["speedup"] == 1.0
+    for policy in ("float32", *POLICIES):
+        assert (dense[policy]["ms"] is None) == (dense[policy]["note"] is not None)
+        assert dense[policy]["speedup"] == pytest.approx(dense["float32"]["ms"] / dense[policy]["ms"], rel=2e-3)
     cpu = found["benchmark"]["onnxruntime"]["CPUExecutionProvider"]
     assert cpu["matmul"]["float32"]["ms"] > 0
     if "CUDAExecutionProvider" not in found["onnxruntime"]["usable"]:
@@ -325,23 +370,61 @@ def test_doctor_json_has_every_section(monkeypatch):
     recommendation = found["recommendation"]
     assert recommendation["policy"] in (None, *POLICIES)
     assert set(recommendation["policies"]) == set(POLICIES)
-    assert any(policy in recommendation["lines"][0] for policy in POLICIES) or recommendation["policy"] is None
+    # The recommendation follows the layer timings: it names the policy whose Dense is fastest, if that pays.
+    best = max(POLICIES, key=lambda p: dense[p]["speedup"] or 0)
+    assert recommendation["policy"] == (best if dense[best]["speedup"] >= doctor.PAYS else None)
 
 
-def test_doctor_prints_the_facts_the_table_and_the_recommendation(monkeypatch):
-    monkeypatch.setattr(doctor, "MATMUL", (8, 16, 16))
-    monkeypatch.setattr(doctor, "CONV", (2, 8, 8, 4, 4))
+def test_doctor_measures_the_onednn_fix_in_a_child_process_for_a_slow_kernel(monkeypatch):
+    # No pathological kernel on most machines: a threshold that flags any slower layer stands in for one.
+    from mpconvert.speed import layers as layer_bench
+
+    tiny_doctor(monkeypatch)
+    monkeypatch.setattr(layer_bench, "PATHOLOGICAL", 0.01)
+    found = json.loads(CliRunner().invoke(cli, ["doctor", "--json"]).stdout)["recommendation"]
+    assert found["pathologies"], "a threshold of 0.01 flags every layer"
+    for finding in found["pathologies"]:
+        # the child process ran the real dense layer with oneDNN's rewrites off and gave a figure
+        assert finding["onednn_off_speedup"] is not None and finding["onednn_off_speedup"] > 0
+        assert "with TF_ENABLE_ONEDNN_OPTS=0" in finding["summary"] and finding["summary"] in found["lines"]
+
+
+def test_doctor_prints_the_facts_the_tables_and_the_recommendation(monkeypatch):
+    tiny_doctor(monkeypatch)
     result = CliRunner().invoke(cli, ["doctor"])
     assert result.exit_code == 0, result.output
     for needle in (
         "mpconvert doctor: TensorFlow runs on",
         "avx512_bf16",
         "ONNX Runtime providers:",
-        "micro-benchmark",
+        "Keras layers in tf.function",
+        "Dense(16, relu), batch 8",
         "8x16 @ 16x16",
         "recommendation:",
     ):
         assert needle in result.output
+
+
+def test_doctor_model_times_the_users_model_under_each_policy(tmp_path):
+    import keras
+
+    path = tmp_path / "m.keras"
+    tiny_models.mlp(keras).save(path)
+    result = CliRunner().invoke(cli, ["doctor", str(path), "--json", "--speed-batch", "32"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    assert (found["model"], found["batch"], found["cut_short"]) == (str(path), 32, None)
+    assert set(found["policies"]) == {"float32", *POLICIES}
+    for entry in found["policies"].values():
+        assert entry["ms"] > 0 and entry["speedup"] == pytest.approx(
+            found["policies"]["float32"]["ms"] / entry["ms"], rel=2e-3
+        )
+    best = found["recommended_policy"]
+    assert best is None or found["policies"][best]["speedup"] >= 1.1
+    assert (best or "keep float32") in found["recommendation"]
+    short = json.loads(CliRunner().invoke(cli, ["doctor", str(path), "--json", "--budget", "0.000001"]).stdout)
+    assert short["cut_short"].startswith("the 1e-06 s budget ran out before mixed_float16")
+    assert short["policies"]["float32"]["ms"] > 0 and short["policies"]["mixed_float16"]["ms"] is None
 
 
 # --- the speed gate, on hand-written reports ---------------------------------------------------

@@ -53,7 +53,7 @@ def run(spec: dict) -> dict:
     """Convert one job; returns {status, message, exit_code}."""
     from ..api import conversion_options, export_options
     from ..options import SaveOptions
-    from ..pipeline import convert_and_save
+    from ..pipeline import Hooks, convert_and_save
 
     options = conversion_options(spec["model"], spec["policy"], **spec["keywords"])
     stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}
@@ -63,7 +63,7 @@ def run(spec: dict) -> dict:
         force=True,
         attachments=((RESULT_NAME, stamp),),
     )
-    report, _ = convert_and_save(options, save)
+    report, _ = convert_and_save(options, save, Hooks(may_restart=True))
     status = "passed" if report.passed else "gate_failed"
     failed = [c.name for c in report.gate.failed]
     return {"status": status, "message": "" if report.passed else "failed: " + ", ".join(failed)}
@@ -78,8 +78,14 @@ def main(argv: list[str]) -> int:
     silence_frameworks()
     unwind_on_sigterm()  # a stopped batch stops its workers; they clean up like Ctrl-C
     started = time.perf_counter()
+    from ..speed.slow_kernel import Restart
+
     try:
         result = run(spec)
+    except Restart as exc:  # a broken 16-bit kernel: this worker again, with oneDNN's rewrites off
+        from ..cli.process import restart
+
+        restart(exc, [sys.executable, "-m", "mpconvert.batch.worker", *argv], quiet=True)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the model's failure, reported as the model's error

@@ -8,6 +8,7 @@ written. The flags themselves are derived in flags.py.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ from .flags import (
     quiet_option,
 )
 from .outputs import Outputs
-from .process import run_action, silence_frameworks, unwind_on_sigterm
+from .process import allow_restart, restart, restart_allowed, run_action, silence_frameworks, unwind_on_sigterm
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -103,7 +104,8 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
         options = conversion_options(model, policy, **keywords)
         save = SaveOptions(out or default_out_dir(model, policy), export_options(**export), force)
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
-            report, written = convert_and_save(options, save, display.hooks())
+            hooks = dataclasses.replace(display.hooks(), may_restart=restart_allowed())
+            report, written = convert_and_save(options, save, hooks)
         outputs.emit(report.as_dict(), written / REPORT_NAME)
         return report.exit_code
 
@@ -177,7 +179,15 @@ def main() -> None:
     else:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     unwind_on_sigterm()
-    cli(prog_name="mpconvert")
+    allow_restart()
+    from ..speed.slow_kernel import Restart
+
+    try:
+        cli(prog_name="mpconvert")
+    except Restart as exc:  # everything unwound: no staging folder, no lock left
+        restart(
+            exc, [sys.executable, "-m", "mpconvert", *sys.argv[1:]], quiet="-q" in sys.argv or "--quiet" in sys.argv
+        )
 
 
 if __name__ == "__main__":

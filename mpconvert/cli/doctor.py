@@ -1,32 +1,63 @@
-"""`mpconvert doctor`: what this machine offers for 16-bit compute."""
+"""`mpconvert doctor [MODEL]`: what this machine offers for 16-bit compute, or for one model."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 
-from .flags import debug_option
+from ..options import DEFAULT_SPEED_BATCH
+from .flags import debug_option, flags_for
 from .process import run_action
 
 
 @click.command("doctor")
+@click.argument("model", required=False, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON on stdout, and nothing else there.")
+@click.option(
+    "--speed-batch",
+    type=click.IntRange(min=1),
+    default=DEFAULT_SPEED_BATCH,
+    show_default=True,
+    metavar="N",
+    help="With MODEL: rows per timed call (generated from the model's input shapes).",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With MODEL: the longest the timing may take; past it the figures are single calls, and it says so.",
+)
+@flags_for("imports", "unsafe_deserialization")
 @debug_option
-def doctor_command(as_json, debug):
-    """What this machine offers for 16-bit compute, measured: hardware, runtimes, a micro-benchmark, a policy."""
+def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserialization, debug):
+    """What this machine offers for 16-bit compute, measured: hardware, runtimes, Keras layers, a policy.
+
+    With MODEL, that model itself is timed through its SavedModel serving
+    path under float32 and both policies, and a policy is recommended for it.
+    """
 
     def action() -> int:
-        from ..doctor import diagnose
+        from ..render import render_doctor, render_model_timing
 
-        found = diagnose().as_dict()
+        if model is not None:
+            from ..options import LoadOptions
+            from ..speed.model import time_model
+
+            load = LoadOptions(model, unsafe_deserialization, tuple(imports))
+            found, show = time_model(load, speed_batch, budget), render_model_timing
+        else:
+            from ..doctor import diagnose
+
+            found, show = diagnose().as_dict(), render_doctor
         if as_json:
             click.echo(json.dumps(found, indent=2, allow_nan=False))
         else:
-            from ..render import render_doctor
-
-            render_doctor(found)
+            show(found)
         return 0
 
     sys.exit(run_action(debug, action))

@@ -56,3 +56,29 @@ def silence_frameworks() -> None:
 def unwind_on_sigterm() -> None:
     """Ctrl-C and SIGTERM (CI timeouts, kill, a stopped batch) unwind like Ctrl-C, so staging folders are removed."""
     interrupts.install()
+
+
+_restart_allowed = False
+
+
+def allow_restart() -> None:
+    """Called by the real entry point only: a command run in-process (a test's CliRunner) never re-executes."""
+    global _restart_allowed
+    _restart_allowed = True
+
+
+def restart_allowed() -> bool:
+    return _restart_allowed
+
+
+def restart(exc, argv: list[str], quiet: bool = False) -> None:
+    """Run this command again with oneDNN's rewrites off (speed.slow_kernel.Restart): same pid, new TensorFlow."""
+    if not quiet:
+        click.echo(f"note: {exc.finding['summary']}; running again with TF_ENABLE_ONEDNN_OPTS=0", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # silence_frameworks pointed fd 2 at /dev/null and kept the terminal on a
+    # non-inheritable copy: give fd 2 back, or the new process could not speak.
+    if sys.stderr.fileno() != 2:
+        os.dup2(sys.stderr.fileno(), 2)
+    os.execve(sys.executable, argv, exc.environment())

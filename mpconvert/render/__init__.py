@@ -26,7 +26,7 @@ from ..gate import PARITY, layer_counts
 from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
 from .common import Live, console_for, format_bytes, format_number, row
-from .doctor import render_doctor
+from .doctor import render_doctor, render_model_timing
 
 __all__ = [
     "BatchProgress",
@@ -40,6 +40,7 @@ __all__ = [
     "markdown",
     "render_batch",
     "render_doctor",
+    "render_model_timing",
     "render_inspection",
     "render_summary",
     "speed_line",
@@ -85,6 +86,8 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
     _render_validation(console, report["validation"])
     if report.get("padding"):
         _render_padding(console, report["padding"])
+    if report.get("slow_kernel"):
+        console.print(f"  [bold yellow]slow kernel[/]: {escape(report['slow_kernel']['summary'])}")
     speed = speed_line(report)
     if speed:
         console.print(f"  {escape(speed)}")
@@ -188,9 +191,18 @@ def speed_line(report: dict) -> str | None:
     timed = {name: r for name, r in ratios.items() if r is not None}
     text = f"speed ({speed['device'].split(':')[0]}, batch {speed['batch']}): "
     if timed:
-        text += ", ".join(f"{name} {r:.2f}x" for name, r in timed.items())
+        text += ", ".join(f"{name} {_ratio(r)}" for name, r in timed.items())
         text += " faster than float32" if min(timed.values()) > 1 else " float32's speed"
         text += " (slower)" if max(timed.values()) < 1 else ""
+    if report.get("slow_kernel"):  # a kernel far slower than float32: what was found, and what was done
+        text += f"; with default settings {report['slow_kernel']['found']['slower']:g}x float32's time (see above)"
+    elif timed and min(timed.values()) < 0.1:
+        text += "; far slower than float32 here (see `mpconvert doctor` for the kernels this machine runs slowly)"
+    if speed.get("target_note"):
+        text += f"; {speed['target_note']}"
+    padding = speed.get("padding")
+    if padding and padding.get("cost"):
+        text += f"; padded {padding['cost']:.2f}x the unpadded model's time here"
     untimed = [name for name, r in ratios.items() if r is None]
     if untimed:
         text += ("; " if timed else "") + f"{', '.join(untimed)} not timed (see report.json speed.paths)"
@@ -198,6 +210,11 @@ def speed_line(report: dict) -> str | None:
     if memory and memory.get("ratio") is not None:
         text += f"; activations {memory['ratio']:.2f}x ({memory['method'].split()[0].rstrip(':')})"
     return text
+
+
+def _ratio(value: float) -> str:
+    """1.62x, or 0.0015x: a ratio far below 1 keeps its figures, never reads 0.00x."""
+    return f"{value:.2f}x" if value >= 0.01 else f"{value:.2g}x"
 
 
 def _render_finetune(console: Console, f: dict) -> None:

@@ -38,17 +38,41 @@ def render_doctor(found: dict, stream: IO[str] | None = None) -> None:
     console.print(f"  ONNX Runtime providers: {'; '.join(listed)}")
     console.print("  versions: " + ", ".join(f"{k} {v}" for k, v in found["versions"].items() if v))
     bench = found["benchmark"]
-    console.print(f"[bold]micro-benchmark[/]: median ms (speed-up over float32), {bench['seconds']:.1f} s in all")
-    rows = [("tensorflow", bench["tensorflow"])] + [(f"onnxruntime {p}", b) for p, b in bench["onnxruntime"].items()]
-    dtypes = [key for key, value in bench["tensorflow"]["matmul"].items() if isinstance(value, dict)]
+    console.print(f"[bold]benchmark[/]: median ms (speed-up over float32), {bench['seconds']:.1f} s in all")
+    layers = {k: v for k, v in bench["layers"].items() if isinstance(v, dict)}
+    policies = ("float32", "mixed_float16", "mixed_bfloat16")
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("runtime", "op", "shape", *dtypes):
+    for column in ("Keras layers in tf.function", "what", *policies):
         table.add_column(column)
-    for runtime, result in rows:
+    for case, entry in layers.items():
+        table.add_row(case, entry["what"], *[_bench_cell(entry[p]) for p in policies])
+    console.print(table)
+    dtypes = ("float32", "float16", "bfloat16")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("ONNX Runtime", "op", "shape", *dtypes):
+        table.add_column(column)
+    for provider, result in bench["onnxruntime"].items():
         for op in ("matmul", "conv"):
-            table.add_row(runtime, op, result[op]["shape"], *[_bench_cell(result[op][d]) for d in dtypes])
+            table.add_row(provider, op, result[op]["shape"], *[_bench_cell(result[op][d]) for d in dtypes])
     console.print(table)
     rec = found["recommendation"]
     console.print(f"[bold]recommendation[/]: {rec['policy'] or 'float32 (no 16-bit policy pays here)'}")
     for line in rec["lines"]:
         console.print(f"  {escape(line)}")
+
+
+def render_model_timing(found: dict, stream: IO[str] | None = None) -> None:
+    """`mpconvert doctor MODEL`: the model's serving time under float32 and each policy, and the advice."""
+    console = console_for(stream or sys.stdout)
+    console.print(
+        f"[bold]mpconvert doctor[/] {escape(found['model'])}: serving path at batch {found['batch']} "
+        f"on {escape(found['device'])}, {found['seconds']:.1f} s"
+    )
+    for policy, entry in found["policies"].items():
+        if entry["ms"] is None:
+            console.print(f"  {policy}: {escape(entry.get('note') or 'not timed')}")
+        else:
+            console.print(f"  {policy}: {_bench_cell(entry)} ms")
+    if found["cut_short"]:
+        console.print(f"  [yellow]cut short[/]: {escape(found['cut_short'])}")
+    console.print(f"[bold]recommendation[/]: {escape(found['recommendation'])}")

@@ -16,7 +16,7 @@ functions that need them.
 """
 
 from .hardware import CPU_FEATURES, Gpu, Hardware, fast_units, probe_hardware, read_cpu, warning_for
-from .measure import SPEED_BATCH, PathSpeed, Speed, measure_onnx_speed, measure_speed
+from .measure import SPEED_BATCH, PathSpeed, Speed, measure_onnx_speed, measure_speed, padding_cost
 from .memory import COMPUTED, activation_bytes, activation_memory
 from .timing import BUDGET_S, REPEATS, SPEED_PATHS, median_ms
 
@@ -37,6 +37,7 @@ __all__ = [
     "measure_onnx_speed",
     "measure_speed",
     "median_ms",
+    "padding_cost",
     "probe_hardware",
     "read_cpu",
     "warning_for",

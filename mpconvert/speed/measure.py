@@ -17,16 +17,30 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import first_line
-from ..options import DEFAULT_OPSET
+from ..options import DEFAULT_OPSET, DEFAULT_SPEED_BATCH
 from ..signature import Signature, signature_of
 from .hardware import Hardware, probe_hardware
 from .memory import activation_memory
 from .timing import BUDGET_S, REPEATS, SPEED_PATHS, median_ms, path_runner, rounded_ms
 
-# The fixed batch: the parity checks' row count, and large enough that a
-# Dense(4096) layer is bound by arithmetic rather than by call overhead.
-SPEED_BATCH = 256
+# The default serving batch (--speed-batch): at 64 rows a mixed_bfloat16
+# Dense(4096)x2 read 1.12x over float32 where it served 2.04x at 256.
+SPEED_BATCH = DEFAULT_SPEED_BATCH
+
+
+def serving_rows(original: Any, signature: Signature, inputs: list | tuple, batch: int) -> list:
+    """`batch` rows to time: the first validation rows, or, when there are fewer, those rows repeated.
+
+    Repeating real rows keeps every value valid for the model (token ids
+    below an Embedding's vocabulary, even when the input is float-typed);
+    timing depends on the shapes, not on which rows they are.
+    """
+    take = np.arange(batch) % len(inputs[0])
+    return [x[take] for x in inputs]
+
 
 # Timing per path: both models take turns, median of up to REPEATS runs
 # after one warm-up call (the trace; later calls of a traced function took
@@ -68,7 +82,7 @@ class PathSpeed:
 @dataclass(frozen=True)
 class Speed:
     device: str  # "CPU: <model name>" or "GPU: <name>"
-    batch: int  # rows per call: SPEED_BATCH, or every validation row when there are fewer
+    batch: int  # rows per call (--speed-batch); the data's rows repeated when it has fewer
     rows: int  # validation rows available
     paths: dict[str, PathSpeed] = field(default_factory=dict)
     memory: dict | None = None  # activation_memory's result
@@ -82,12 +96,17 @@ class Speed:
         """ "savedmodel 1.62x, keras 1.58x as fast as float32 (batch 256 of 450 validation rows, CPU: ...)"."""
         timed = ", ".join(f"{name} {p.ratio:.2f}x" for name, p in self.paths.items() if p.ratio is not None)
         untimed = [f"{name} not timed: {p.note}" for name, p in self.paths.items() if p.ratio is None]
-        rows = f"all {self.rows} validation rows" if self.batch == self.rows else f"{self.rows} validation rows"
-        text = f"{timed or 'nothing timed'} as fast as float32 "
-        text += f"(above 1 is faster; batch {self.batch} of {rows}, {self.device})"
+        text = f"{timed or 'nothing timed'} as fast as float32 (above 1 is faster; {self.batch_words}, {self.device})"
         if self.memory and self.memory.get("ratio") is not None:
             text += f"; activation memory {self.memory['ratio']:.2f}x float32's ({self.memory['method']})"
         return "; ".join([text, *untimed])
+
+    @property
+    def batch_words(self) -> str:
+        if self.batch > self.rows:
+            return f"batch {self.batch}, the data's {self.rows} rows repeated"
+        rows = f"all {self.rows} validation rows" if self.batch == self.rows else f"{self.rows} validation rows"
+        return f"batch {self.batch} of {rows}"
 
     def as_dict(self) -> dict:
         return {
@@ -118,7 +137,7 @@ def measure_speed(
     repeats: int = REPEATS,
     budget_s: float = BUDGET_S,
 ) -> Speed:
-    """Inference time of `converted` against the float32 `original`, per path, on the first `batch` rows.
+    """Inference time of `converted` against the float32 `original`, per path, at `batch` rows (`serving_rows`).
 
     `inputs` are the validation inputs (one array per model input). Both
     models run through the same path on the same tensors, taking turns.
@@ -128,8 +147,8 @@ def measure_speed(
 
     signature = signature or signature_of(original)
     rows = len(inputs[0])
-    n = min(batch, rows)
-    feeds = [tf.constant(x[:n]) for x in inputs]
+    n = batch
+    feeds = [tf.constant(x) for x in serving_rows(original, signature, inputs, batch)]
     timed = {}
     for path in paths:
         runs = {
@@ -140,6 +159,44 @@ def measure_speed(
         timed[path] = PathSpeed(rounded_ms(ms["float32"]), rounded_ms(ms["converted"]), "tensorflow")
     found = activation_memory(original, converted, n, inputs=feeds, signature=signature) if memory else None
     return Speed((hardware or probe_hardware()).device, n, rows, timed, found)
+
+
+def padding_cost(
+    unpadded: Any,
+    padded: Any,
+    inputs: list | tuple,
+    *,
+    signature: Signature,
+    batch: int = SPEED_BATCH,
+    repeats: int = REPEATS,
+    budget_s: float = BUDGET_S,
+) -> dict:
+    """What padding's pad and slice ops cost on this machine: the padded model's serving time against the unpadded.
+
+    Padding is for the target's Tensor Cores (multiples of 8 in float16),
+    so it is kept even where it costs here; this says how much it does.
+    """
+    import tensorflow as tf
+
+    feeds = [tf.constant(x) for x in serving_rows(unpadded, signature, inputs, batch)]
+    runs = {
+        name: path_runner("savedmodel", m, signature, feeds) for name, m in (("unpadded", unpadded), ("padded", padded))
+    }
+    ms = median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1)
+    cost = ms["padded"] / ms["unpadded"] if ms["unpadded"] else None
+    summary = (
+        f"the padded model serves in {cost:.2f}x the unpadded one's time on this machine "
+        f"({rounded_ms(ms['padded'])} ms against {rounded_ms(ms['unpadded'])} ms, batch {batch}; "
+        "padding is for the target's Tensor Cores, not this CPU)"
+        if cost
+        else "not timed"
+    )
+    return {
+        "unpadded_ms": rounded_ms(ms["unpadded"]),
+        "padded_ms": rounded_ms(ms["padded"]),
+        "cost": round(cost, 4) if cost else None,
+        "summary": summary,
+    }
 
 
 def measure_onnx_speed(
@@ -167,7 +224,7 @@ def measure_onnx_speed(
     from ..onnx.run import missing_kernel, session_providers
 
     signature = signature or signature_of(original)
-    feeds = {spec.name: x[:batch] for spec, x in zip(signature.inputs, inputs)}
+    feeds = {spec.name: x for spec, x in zip(signature.inputs, serving_rows(original, signature, inputs, batch))}
     options = ort.SessionOptions()
     options.log_severity_level = 3
     providers = session_providers()
