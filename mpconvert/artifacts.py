@@ -90,11 +90,13 @@ def write_savedmodel(model: Any, framework: Framework, signature: Signature, pat
         model.save(str(path), save_format="tf", include_optimizer=False)
 
 
-def run_savedmodel(path: Path, signature: Signature, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], dict]:
+def run_savedmodel(
+    path: Path, signature: Signature, inputs: list[np.ndarray], signature_name: str = "serving_default"
+) -> tuple[list[np.ndarray], dict]:
     """Reload the SavedModel once: its outputs on `inputs`, and its signature's dtypes."""
     import tensorflow as tf
 
-    serving = tf.saved_model.load(str(path)).signatures["serving_default"]
+    serving = tf.saved_model.load(str(path)).signatures[signature_name]
     feeds = {spec.name: tf.constant(x) for spec, x in zip(signature.inputs, inputs)}
     result = serving(**feeds)
     names = [spec.name for spec in signature.outputs]
@@ -156,6 +158,50 @@ def export_all(
         )
     needed = estimated_bytes(model, options.kinds, framework)
     return [_guarded(kind, path, expected, write, needed) for kind, path, write in writers]
+
+
+def export_graph(model: Any, inputs: list[np.ndarray], out: Path, options: ExportOptions) -> list[Artifact]:
+    """The graph-level path's artifacts (a graph.GraphModel): its SavedModel and ONNX file, each re-run."""
+    rows = [x[: options.parity_samples] for x in inputs]
+    expected = model.predict(rows)
+    writers = []
+    if "savedmodel" in options.kinds:
+        writers.append(("savedmodel", out / "savedmodel", lambda path: _graph_savedmodel(model, path, rows, expected)))
+    if "onnx" in options.kinds:
+        writers.append(
+            ("onnx", out / "model.onnx", lambda path: _graph_onnx(model, path, rows, expected, options.opset))
+        )
+    needed = graph_bytes(model, options.kinds)
+    return [_guarded(kind, path, expected, write, needed) for kind, path, write in writers]
+
+
+def graph_bytes(model: Any, kinds: tuple[str, ...]) -> int:
+    """About how much a graph-level output folder takes: the frozen graph once per artifact."""
+    return int(model.graph_def.ByteSize() * (("savedmodel" in kinds) + ("onnx" in kinds))) + _OVERHEAD
+
+
+def _graph_savedmodel(model: Any, path: Path, rows: list[np.ndarray], expected) -> Artifact:
+    model.save(path)
+    got, details = run_savedmodel(path, model.signature, rows, model.signature_name)
+    return _artifact("savedmodel", path, expected, got, "tensorflow", details, model.signature)
+
+
+def _graph_onnx(model: Any, path: Path, rows: list[np.ndarray], expected, opset: int) -> Artifact:
+    from .onnx.export import graph_to_onnx
+    from .onnx.run import run_onnx
+
+    exported = graph_to_onnx(model.graph_def, model.input_tensors, model.output_tensors, path, opset=opset)
+    run = run_onnx(path, dict(zip(exported.input_names, rows)))
+    details = {
+        "opset": exported.opset,
+        "initializer_dtypes": exported.initializer_dtypes,
+        "repairs": list(exported.repairs),
+        "emulated_16bit_ops": list(run.promoted_ops),
+        "ran_as_written": run.native,
+    }
+    return _artifact(
+        "onnx", path, expected, run.by_name(list(model.output_tensors)), run.checked_with, details, model.signature
+    )
 
 
 # Bytes of graph, metadata and report beside the weights in an output folder

@@ -26,12 +26,10 @@ from .frameworks import KERAS3, TF_KERAS, Framework, framework_of
 from .options import LoadOptions
 from .usercode import import_module
 
-SAVEDMODEL_WITHOUT_KERAS_HINT = (
-    "mpconvert rewrites per-layer dtype policies, which needs the Keras model. "
-    "Re-save it from the code that built it with model.save('model.keras') "
-    "(Keras 3) or model.save('dir', save_format='tf') (tf-keras), or, for a plain "
-    "SavedModel, use a graph-level converter such as onnxconverter-common's "
-    "float16 pass on an ONNX export instead"
+GRAPH_ONLY_HINT = (
+    "this command needs Keras layers; the main command converts such a SavedModel at graph level "
+    "(mpconvert MODEL --policy ...), or re-save the model from the code that built it with "
+    "model.save('model.keras')"
 )
 
 
@@ -77,11 +75,7 @@ def detect_format(path: Path) -> str:
                 hint="pass the SavedModel folder itself, or a .keras / .h5 file",
             )
         if not (path / "keras_metadata.pb").is_file():
-            raise MpconvertError(
-                f"{path} is a SavedModel without Keras metadata (no keras_metadata.pb): "
-                "its layers and their dtype policies cannot be recovered",
-                hint=SAVEDMODEL_WITHOUT_KERAS_HINT,
-            )
+            return "graph"  # no Keras layers: converted at graph level (graph/)
         return "savedmodel"
     suffix = path.suffix.lower()
     if suffix == ".keras":
@@ -228,6 +222,11 @@ def load_model(options: LoadOptions) -> Loaded:
     if path is None:
         return _live(options.source, options.custom_objects)
     fmt = detect_format(path)
+    if fmt == "graph":
+        raise MpconvertError(
+            f"{path} is a SavedModel without Keras metadata (no keras_metadata.pb): it has no Keras layers",
+            hint=GRAPH_ONLY_HINT,
+        )
     stored = read_stored_config(path, fmt)
     if not options.unsafe_deserialization:
         refuse_code_layers(path, stored)

@@ -46,6 +46,12 @@ class LoadOptions:
     custom_objects: Any = keyword(
         None, kind="object", help="Python API only: {name: class} for custom layers, like Keras's own argument."
     )
+    signature: str | None = keyword(
+        None,
+        metavar="NAME",
+        default_text="serving_default",
+        help="The serving signature of a SavedModel without Keras metadata (converted as a graph).",
+    )
 
     @property
     def path(self) -> Path | None:

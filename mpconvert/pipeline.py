@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from . import interrupts
-from .artifacts import estimated_bytes, export_all
+from .artifacts import estimated_bytes, export_all, export_graph, graph_bytes
 from .configs import model_class, model_config
 from .context import Context
 from .data import EvalData, Task, resolve_data, unlabelled
 from .errors import MpconvertError
 from .finetune import StepCallback, finetune
+from .graph.model import GraphModel, is_graph_savedmodel
+from .graph.pipeline import LIMITS, convert_graph
 from .load import Loaded, load_model
 from .numerics.autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
 from .options import PARITY_SAMPLES, ConvertOptions, RewriteOptions, SaveOptions
@@ -200,6 +202,10 @@ def proof_rows(data: EvalData) -> list:
 def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
     """Every stage up to the export, in memory: nothing is written."""
     clock = _Clock(hooks)
+    if options.load.path is not None and is_graph_savedmodel(options.load.path):
+        model, plan, context, loaded, report = convert_graph(options, clock)
+        hooks.warning(LIMITS)
+        return Converted(model, plan, context, loaded, report, read_files(options, context.data), options.speed_batch)
     precision = options.precision
     with clock.stage("load"):
         loaded = load_model(options.load)
@@ -305,7 +311,10 @@ def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> 
 def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
     # The net under the writers that name what they write: any other OS
     # error (the staging folder, the final rename) is about the output too.
-    needed = estimated_bytes(converted.model, options.export.kinds, converted.context.framework)
+    if isinstance(converted.model, GraphModel):
+        needed = graph_bytes(converted.model, options.export.kinds)
+    else:
+        needed = estimated_bytes(converted.model, options.export.kinds, converted.context.framework)
     with writing(out, "the output folder", needed):
         return _write_staged(converted, out, options, hooks)
 
@@ -315,16 +324,19 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
     context = converted.context
     with converted.loaded.deserialization(), staged_output(out) as staging, reported_at(staging, out):
         with clock.stage("export"):
-            artifacts = export_all(
-                converted.model,
-                context.framework,
-                context.signature,
-                list(context.data.validation.inputs),
-                staging,
-                options.export,
-            )
+            if isinstance(converted.model, GraphModel):
+                artifacts = export_graph(converted.model, list(context.data.validation.inputs), staging, options.export)
+            else:
+                artifacts = export_all(
+                    converted.model,
+                    context.framework,
+                    context.signature,
+                    list(context.data.validation.inputs),
+                    staging,
+                    options.export,
+                )
         speed = converted.report.speed
-        if options.export.bench_onnx and (staging / "model.onnx").is_file():
+        if options.export.bench_onnx and (staging / "model.onnx").is_file() and context.framework is not None:
             batch = speed["batch"] if speed else converted.speed_batch
             with clock.stage("bench-onnx"):
                 timing = measure_onnx_speed(

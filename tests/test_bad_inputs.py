@@ -207,7 +207,13 @@ def test_savedmodel_without_keras_metadata(tmp_path):
     folder = tmp_path / "plain_savedmodel"
     tf.saved_model.save(Doubler(), str(folder))
     assert (folder / "saved_model.pb").is_file() and not (folder / "keras_metadata.pb").exists()
-    fails_leaving_input(folder, tmp_path / "out", needles=("keras_metadata.pb", "model.save("))
+    # Converted at graph level now (tests/test_graph.py); a graph with nothing to compute in 16 bits
+    # (one Mul) fails the policy-rewrite check, and the input is left as it was.
+    before = sorted((p.relative_to(folder), p.stat().st_mtime_ns) for p in folder.rglob("*"))
+    result = invoke(folder, "--policy", "mixed_float16", "--out", tmp_path / "out")
+    assert result.exit_code == 3, result.output
+    assert "graph-level: no Keras layers" in result.output and "FAIL policy rewrite" in result.output
+    assert sorted((p.relative_to(folder), p.stat().st_mtime_ns) for p in folder.rglob("*")) == before
 
 
 def test_corrupt_keras_file(tmp_path):

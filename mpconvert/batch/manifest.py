@@ -210,15 +210,15 @@ def load_manifest(path: Path, overrides: dict | None = None) -> list[Job]:
 
 
 def find_models(folder: Path) -> list[Path]:
-    """Models under a folder: .keras/.h5 files and Keras SavedModel folders, in name order."""
+    """Models under a folder: .keras/.h5 files and SavedModel folders, in name order."""
     found = []
     for path in sorted(folder.rglob("*")):
         if any(part.startswith(".") for part in path.relative_to(folder).parts):
             continue  # staging folders, hidden files
         if path.is_file() and path.suffix.lower() in MODEL_SUFFIXES:
             found.append(path)
-        elif path.is_dir() and (path / "keras_metadata.pb").is_file():
-            found.append(path)
+        elif path.is_dir() and (path / "saved_model.pb").is_file():
+            found.append(path)  # a Keras SavedModel, or one without Keras metadata (graph level)
     return found
 
 

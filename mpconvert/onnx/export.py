@@ -44,6 +44,7 @@ from onnx import TensorProto
 
 from mpconvert.errors import MpconvertError
 from mpconvert.onnx.checks import check, check_inputs, layer_of, reject_unconverted_ops  # noqa: F401 (layer_of: tests)
+from mpconvert.onnx.graphdef import drop_xla_markers, graph_dtypes, pack_16bit_constants, take_weights
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
 from mpconvert.options import DEFAULT_OPSET, check_opset
 from mpconvert.signature import signature_of
@@ -95,6 +96,58 @@ def keras_to_onnx(
 
     replace_atomically(path, data, "the ONNX file")  # the bytes onnx.save writes
 
+    dtypes = Counter(TensorProto.DataType.Name(t.data_type) for t in proto.graph.initializer)
+    return OnnxExport(
+        path=path,
+        bytes=path.stat().st_size,
+        opset=opset,
+        input_names=[i.name for i in proto.graph.input],
+        output_names=[o.name for o in proto.graph.output],
+        initializer_dtypes=dict(sorted(dtypes.items())),
+        repairs=repairs,
+    )
+
+
+class _NoLayers:
+    """What the ONNX checks look layers up in, for a graph that has none."""
+
+    layers: list = []
+
+
+def graph_to_onnx(graph_def, input_tensors, output_tensors, path: pathlib.Path, *, opset: int = DEFAULT_OPSET):
+    """A frozen (and rewritten) GraphDef to a checked ONNX file: the graph-level path's export.
+
+    Inputs and outputs keep the GraphDef's tensor names ("x:0"); bfloat16
+    ops are mapped as for Keras models.
+    """
+    import tf2onnx
+
+    path = pathlib.Path(path)
+    check_opset(opset)
+    with _TF2ONNX_LOCK:
+        _register_tf2onnx_handlers()
+        level = logging.getLogger("tf2onnx").level
+        logging.getLogger("tf2onnx").setLevel(logging.CRITICAL)
+        try:
+            with tf2onnx_knows_bfloat16():
+                proto, _ = tf2onnx.convert.from_graph_def(
+                    graph_def, input_names=list(input_tensors), output_names=list(output_tensors), opset=opset
+                )
+        except Exception as exc:
+            raise MpconvertError(
+                f"tf2onnx could not convert the graph: {type(exc).__name__}: {exc}", hint="use --export savedmodel"
+            ) from exc
+        finally:
+            logging.getLogger("tf2onnx").setLevel(level)
+    tf_dtypes = graph_dtypes(graph_def)
+    repairs: list[str] = []
+    if tf.bfloat16 in tf_dtypes and tf.float16 not in tf_dtypes:
+        repairs.extend(retype_float16_as_bfloat16(proto))
+    for repair in REPAIRS:
+        repairs.extend(repair(proto))
+    reject_unconverted_ops(proto, _NoLayers())
+    data = check(proto, _NoLayers())
+    replace_atomically(path, data, "the ONNX file")
     dtypes = Counter(TensorProto.DataType.Name(t.data_type) for t in proto.graph.initializer)
     return OnnxExport(
         path=path,
@@ -188,7 +241,7 @@ def _convert(model, specs, output_names, opset):
         ordered = [copy.deepcopy(by_name[name]) for name in wanted]
         del proto.graph.output[:]
         proto.graph.output.extend(ordered)
-    return proto, _graph_dtypes(graph_def), patched
+    return proto, graph_dtypes(graph_def), patched
 
 
 def _from_concrete_function(concrete, opset):
@@ -222,12 +275,12 @@ def _from_concrete_function(concrete, opset):
         # What from_function does when TF's own freezing trips over a state
         # update (AssignVariableOp) that inference never runs.
         graph_def = tf_loader.fix_freezing_errors(graph_def)
-        _drop_xla_markers(graph_def)
+        drop_xla_markers(graph_def)
         graph_def = tf_loader.fix_freezing_errors_part2(graph_def)
         with tf.Graph().as_default():  # grappler's meta-graph export refuses eager mode
             graph_def = tf_loader.tf_optimize(input_names, output_names, graph_def)
         pack_16bit_constants(graph_def)
-        weights = _take_weights(graph_def)
+        weights = take_weights(graph_def)
 
         def onnx_graph():
             with tf.Graph().as_default() as tf_graph:
@@ -252,26 +305,6 @@ def _from_concrete_function(concrete, opset):
         except Exception:
             graph = optimizer.optimize_graph(onnx_graph(), catch_errors=True)
         return graph.make_model(f"converted from {concrete.name}")
-
-
-def _take_weights(graph_def):
-    """tf2onnx's compress_graph_def, reading each weight once instead of twice.
-
-    tf2onnx's own large-model path: constants over 1000 bytes leave the
-    GraphDef, and process_tf_graph is handed them where it reads constant
-    values (`const_node_values`), so TF imports and serializes node by node
-    a graph without them. Dense(4096)x2 exports in 3.1-3.4 s instead of
-    3.7-3.9 s; no measurable change on ResNet50, whose weights are smaller.
-    """
-    weights = {}
-    for node in graph_def.node:
-        if node.op == "Const":
-            tensor = node.attr["value"].tensor
-            content = tensor.tensor_content  # a copy: read it once
-            if len(content) > 1000:
-                weights[node.name] = content
-                tensor.tensor_content = b""
-    return weights
 
 
 @contextlib.contextmanager
@@ -312,58 +345,6 @@ def _lean_tf2onnx():
         yield
     finally:
         tf2onnx_graph.Graph.update_proto, tfonnx.resolve_functions = saved_update, resolve_all
-
-
-def _all_nodes(graph_def) -> list:
-    """A GraphDef's nodes and those of every function in its library."""
-    return [*graph_def.node, *(node for fn in graph_def.library.function for node in fn.node_def)]
-
-
-def pack_16bit_constants(graph_def):
-    """Store 16-bit constants as raw bytes, as TF does other dtypes.
-
-    Grappler writes the float16/bfloat16 weights it folds out of Casts into
-    the repeated `half_val` field, which TF's MakeNdarray reads element by
-    element with np.fromiter, and tf2onnx reads every constant twice: 3.5 s
-    of ConvNeXtTiny's export. np.array reads the same field in milliseconds.
-    """
-    for node in _all_nodes(graph_def):
-        if node.op != "Const" or "value" not in node.attr:
-            continue
-        tensor = node.attr["value"].tensor
-        # tensor_content last: reading it copies the weight (upb hands out bytes).
-        if (
-            tensor.dtype not in (tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum)
-            or not tensor.half_val
-            or tensor.tensor_content
-        ):
-            continue
-        size = int(np.prod([d.size for d in tensor.tensor_shape.dim], dtype=np.int64))
-        bits = np.array(tensor.half_val, dtype=np.uint16)
-        if len(bits) < size:  # the last value repeats to fill the shape
-            bits = np.concatenate([bits, np.full(size - len(bits), bits[-1], dtype=np.uint16)])
-        tensor.tensor_content = bits.tobytes()  # host byte order, as TF writes it
-        tensor.ClearField("half_val")
-
-
-# Marks of a function compiled by XLA. tf.function(jit_compile=True) also
-# sets _noinline on it; grappler inlines neither kind of call.
-_XLA_MARKERS = ("_XlaMustCompile", "_XlaCompile")
-
-
-def _drop_xla_markers(graph_def):
-    def marked(attrs):
-        return any(name in attrs and attrs[name].b for name in _XLA_MARKERS)
-
-    for fn in graph_def.library.function:
-        if marked(fn.attr):
-            # Only XLA's own _noinline: one the model's author set stays.
-            for name in _XLA_MARKERS + ("_noinline",):
-                fn.attr.pop(name, None)
-    for node in _all_nodes(graph_def):
-        if marked(node.attr):
-            for name in _XLA_MARKERS + ("_noinline",):
-                node.attr.pop(name, None)
 
 
 def _register_tf2onnx_handlers():
@@ -461,18 +442,3 @@ def tf2onnx_knows_bfloat16():
                 table.pop(key, None)
             else:
                 table[key] = old
-
-
-def _graph_dtypes(graph_def):
-    """Every TF dtype named in a GraphDef's node attributes, functions included."""
-    enums = set()
-    for node in _all_nodes(graph_def):
-        for attr in node.attr.values():
-            kind = attr.WhichOneof("value")
-            if kind == "type":
-                enums.add(attr.type)
-            elif kind == "list":
-                enums.update(attr.list.type)
-            elif kind == "tensor":
-                enums.add(attr.tensor.dtype)
-    return {tf.dtypes.as_dtype(e) for e in enums if e}

@@ -1,0 +1,158 @@
+"""A SavedModel without Keras layers, as a frozen graph mpconvert can rewrite, run and save again.
+
+Keras 3's `model.export()`, `tf.saved_model.save` of a tf.Module or a
+tf.function, TF Hub and TF Serving models carry no keras_metadata.pb: there
+are no layers and no dtype policies, only graphs. One serving signature
+(`serving_default`, or --signature) is frozen (its variables become
+constants, `convert_variables_to_constants_v2`) into a GraphDef; the
+rewrite changes that GraphDef's op dtypes; this module runs a GraphDef
+(imported into a wrapped function) and writes it back as a SavedModel with
+the same signature name, input and output names and dtypes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import MpconvertError
+from ..signature import Signature, TensorSpec
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+@dataclass(frozen=True)
+class GraphModel:
+    """One frozen serving signature: its GraphDef and what its inputs and outputs are called."""
+
+    name: str
+    graph_def: Any  # tf.compat.v1.GraphDef
+    signature_name: str
+    inputs: tuple[TensorSpec, ...]  # named like the signature's keyword arguments
+    input_tensors: tuple[str, ...]  # "name:0" in graph_def, in `inputs` order
+    outputs: tuple[TensorSpec, ...]  # named like the signature's output keys
+    output_tensors: tuple[str, ...]
+
+    @property
+    def signature(self) -> Signature:
+        return Signature(self.inputs, self.outputs)
+
+    def with_graph(self, graph_def: Any) -> GraphModel:
+        return replace(self, graph_def=graph_def)
+
+    def function(self, tensors: tuple[str, ...] | None = None):
+        """The graph as a callable on tensors (one per input, in order) returning a list of tensors.
+
+        `tensors` are the ones to return ("node:0"); the signature's outputs by default.
+        """
+        import tensorflow as tf
+
+        graph_def = self.graph_def
+        wrapped = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(graph_def, name=""), [])
+        graph = wrapped.graph
+        return wrapped.prune(
+            [graph.get_tensor_by_name(n) for n in self.input_tensors],
+            [graph.get_tensor_by_name(n) for n in (tensors or self.output_tensors)],
+        )
+
+    def predict(
+        self,
+        inputs: list[np.ndarray] | tuple[np.ndarray, ...],
+        batch: int = 256,
+        tensors: tuple[str, ...] | None = None,
+    ) -> list[np.ndarray]:
+        import tensorflow as tf
+
+        fn = self.function(tensors)
+        chunks = []
+        for start in range(0, len(inputs[0]), batch):
+            feeds = [tf.constant(x[start : start + batch]) for x in inputs]
+            chunks.append([np.asarray(o, dtype=np.float32) for o in fn(*feeds)])
+        return [np.concatenate(parts) for parts in zip(*chunks)]
+
+    def save(self, path: Path) -> None:
+        """A SavedModel whose `signature_name` takes and returns what the original's did, by name."""
+        import tensorflow as tf
+
+        module = tf.Module()
+        module.graph = self.function()
+        names = [spec.name for spec in self.inputs]
+        keys = [spec.name for spec in self.outputs]
+        specs = [tf.TensorSpec(spec.shape, spec.dtype, name=spec.name) for spec in self.inputs]
+
+        def serve(*args):
+            return dict(zip(keys, module.graph(*args)))
+
+        # The signature's keyword names are the arguments' names: give the function those.
+        serve.__signature__ = _named_signature(names)
+        module.serve = tf.function(serve, input_signature=specs, autograph=False)
+        tf.saved_model.save(module, str(path), signatures={self.signature_name: module.serve})
+
+
+def _named_signature(names: list[str]):
+    import inspect
+
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    return inspect.Signature(params)
+
+
+def is_graph_savedmodel(path: Path) -> bool:
+    """A SavedModel folder without Keras metadata: converted at graph level."""
+    path = Path(path)
+    return path.is_dir() and (path / "saved_model.pb").is_file() and not (path / "keras_metadata.pb").is_file()
+
+
+def load_graph(path: Path, signature_name: str | None = None) -> GraphModel:
+    """The SavedModel's serving signature, frozen; a clear error for a file TensorFlow cannot load."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    try:
+        loaded = tf.saved_model.load(str(path))
+    except Exception as exc:  # TensorFlow's own errors for damaged protos, missing variables
+        raise MpconvertError(
+            f"cannot load SavedModel {path}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+            hint="check that the folder is a complete SavedModel (saved_model.pb and variables/)",
+        ) from None
+    found = sorted(loaded.signatures)
+    wanted = signature_name or DEFAULT_SIGNATURE
+    if wanted not in loaded.signatures:
+        named = f"its signatures are {', '.join(found)}" if found else "it has no signatures at all"
+        raise MpconvertError(
+            f"SavedModel {path} has no signature {wanted!r}: {named}",
+            hint=f"pass --signature {found[0]}"
+            if found
+            else "save the model with a serving signature "
+            "(tf.saved_model.save(module, path, signatures=...) or Keras model.export(path))",
+        )
+    fn = loaded.signatures[wanted]
+    _, kwargs = fn.structured_input_signature
+    frozen = convert_variables_to_constants_v2(fn)
+    names = list(kwargs)
+    # The frozen function's inputs follow the signature's flattened (sorted) keyword order.
+    ordered = sorted(names)
+    placeholders = [t for t in frozen.inputs if t.dtype != tf.resource]
+    by_key = dict(zip(ordered, placeholders))
+    inputs = tuple(TensorSpec(n, tuple(kwargs[n].shape), kwargs[n].dtype.name) for n in names)
+    bad = [spec for spec in inputs if spec.dtype == "string"]
+    if bad:
+        raise MpconvertError(
+            f"SavedModel {path} takes a string input {bad[0].name!r}: mixed precision has nothing to convert there",
+            hint="convert the model behind its text preprocessing",
+        )
+    structured = fn.structured_outputs
+    keys = sorted(structured)
+    outputs = tuple(TensorSpec(k, tuple(structured[k].shape), structured[k].dtype.name) for k in keys)
+    out_tensors = dict(zip(sorted(structured), frozen.outputs))
+    return GraphModel(
+        name=Path(path).name,
+        graph_def=frozen.graph.as_graph_def(),
+        signature_name=wanted,
+        inputs=inputs,
+        input_tensors=tuple(by_key[n].name for n in names),
+        outputs=outputs,
+        output_tensors=tuple(out_tensors[k].name for k in keys),
+    )

@@ -1,0 +1,193 @@
+"""The graph-level path: a SavedModel without Keras layers, converted as a frozen graph.
+
+load (freeze the signature) -> prove the frozen graph is the signature ->
+rewrite (graph/rewrite.py) -> validate (the same comparison and gate as for
+Keras models) in memory; the export is artifacts.export_graph. Fine-tuning
+and padding need Keras layers and are not available here: the report and
+the summary say so, and --finetune-steps N > 0 is refused. The numeric lint
+runs at node level (float32 node outputs beyond the 16-bit range stay
+float32, with their readers); the accuracy-driven search does not run
+(`auto_keep` says so); --keep-float32 names nodes or op types.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..context import Context
+from ..data import EvalData, Task, resolve_data, unlabelled
+from ..errors import MpconvertError
+from ..fidelity import Fidelity, limit_for
+from ..numerics.lint import OVERFLOW_MARGIN
+from ..options import PARITY_SAMPLES, ConvertOptions
+from ..report import Report
+from ..thresholds import Thresholds
+from ..validate import choose_metrics, compare, max_abs_diff
+from .model import GraphModel, load_graph
+from .rewrite import PASS_THROUGH, candidates, overflowing, rewrite_graph
+
+LIMITS = (
+    "graph-level: no Keras layers, so no fine-tuning, no padding and no accuracy-driven search; the numeric "
+    "lint checks node outputs for overflow; --keep-float32 names nodes or op types"
+)
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    decisions: tuple  # graph.rewrite.NodeDecision per compute node
+
+
+@dataclass(frozen=True)
+class GraphLoaded:
+    """What the save stage reads of a loaded model, for a graph (nothing to deserialize)."""
+
+    model: GraphModel
+    format: str = "graph"
+
+    def deserialization(self):
+        return contextlib.nullcontext()
+
+
+def tasks_of_graph(model: GraphModel) -> tuple[Task, ...]:
+    """Each output's task, from the op that produces it: Softmax, Sigmoid, else regression."""
+    nodes = {n.name: n for n in model.graph_def.node}
+    tasks = []
+    for spec, ref in zip(model.outputs, model.output_tensors):
+        node = nodes.get(ref.partition(":")[0])
+        while node is not None and node.op in PASS_THROUGH and node.input:
+            node = nodes.get(node.input[0].lstrip("^").partition(":")[0])
+        op = node.op if node is not None else ""
+        kind = {"Softmax": "softmax", "LogSoftmax": "softmax", "Sigmoid": "sigmoid"}.get(op, "regression")
+        tasks.append(Task(kind, spec))
+    return tuple(tasks)
+
+
+def _generated(model: GraphModel, rows: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    found = []
+    for spec in model.inputs:
+        shape = (rows, *[d or 1 for d in spec.shape[1:]])
+        if spec.dtype.startswith(("int", "uint")):
+            found.append(rng.integers(0, 2, shape).astype(spec.dtype))
+        else:
+            found.append(rng.standard_normal(shape).astype(spec.dtype))
+    return found
+
+
+def _signature_outputs(path, model: GraphModel, rows: list[np.ndarray]) -> list[np.ndarray]:
+    """The SavedModel's own signature on `rows`: what the frozen graph must reproduce."""
+    import tensorflow as tf
+
+    fn = tf.saved_model.load(str(path)).signatures[model.signature_name]
+    result = fn(**{spec.name: tf.constant(x) for spec, x in zip(model.inputs, rows)})
+    return [np.asarray(result[spec.name], dtype=np.float32) for spec in model.outputs]
+
+
+def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, GraphPlan, Context, GraphLoaded, Report]:
+    """Every stage up to the export, for a SavedModel without Keras metadata."""
+    precision = options.precision
+    path = options.load.path
+    if options.finetune.steps:
+        raise MpconvertError(
+            f"{path} is a SavedModel without Keras layers: it is converted as a frozen graph, which cannot be "
+            "fine-tuned",
+            hint="pass --finetune-steps 0 (the default when the data has no training split)",
+        )
+    with clock.stage("load"):
+        original = load_graph(path, options.load.signature)
+        signature = original.signature
+        tasks = tasks_of_graph(original)
+        data = resolve_data(options.validate.data, signature, tasks)
+        if data is None:
+            generated = _generated(original, options.validate.generated_samples, options.validate.seed)
+            data = EvalData(unlabelled(generated, signature), None, "generated")
+        metrics = choose_metrics(options.validate.metric, tasks, data.validation.labels)
+        measured = {t.output.name: m for t, m, y in zip(tasks, metrics, data.validation.labels) if y is not None}
+        thresholds = Thresholds.defaults(precision).overridden(options.gate, measured)
+    rows = [x[:PARITY_SAMPLES] for x in data.validation.inputs]
+    with clock.stage("rewrite"):
+        frozen = original.predict(rows)
+        expected = _signature_outputs(path, original, rows)
+        diff = max_abs_diff(expected, frozen)
+        fidelity = Fidelity(rows=len(rows[0]), max_abs_diff=diff, limit=limit_for(expected))
+        if diff is None or diff > fidelity.limit:
+            raise MpconvertError(
+                f"the frozen graph of {path} does not reproduce its signature (max |diff| {diff} > {fidelity.limit:g})",
+                hint="rerun with --debug and report it, with the SavedModel",
+            )
+        keep = {}
+        if options.auto_keep.mode != "off":  # the node-level lint: float32 values beyond the format's range
+            names = candidates(original.graph_def)
+            values = original.predict(rows, tensors=tuple(f"{n}:0" for n in names)) if names else []
+            largest = {n: float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for n, v in zip(names, values)}
+            keep = overflowing(original.graph_def, largest, precision.max_finite * OVERFLOW_MARGIN)
+        graph_def, decisions = rewrite_graph(
+            original.graph_def, original.output_tensors, precision.compute_dtype, options.rewrite.keep_float32, keep
+        )
+        converted = original.with_graph(graph_def)
+    with clock.stage("validate"):
+        validation = compare(
+            original.predict(data.validation.inputs),
+            converted.predict(data.validation.inputs),
+            data.validation,
+            tasks,
+            metrics,
+            data.source,
+            precision.resolution,
+            data.overlap,
+        )
+    layers = [
+        {
+            "name": d.name,
+            "class_name": d.class_name,
+            "policy": precision.name if d.policy else "float32",
+            "pinned": d.pinned,
+        }
+        for d in decisions
+    ]
+    names = [spec.name for spec in signature.inputs]
+    report = Report(
+        policy=precision.name,
+        source={
+            "path": str(path),
+            "name": original.name,
+            "parameters": None,
+            "format": "graph",
+            "loader": f"tensorflow (signature {original.signature_name!r}, inputs {', '.join(names)})",
+            "inputs": [vars(s) for s in signature.inputs],
+            "outputs": [vars(s) for s in signature.outputs],
+        },
+        layers=layers,
+        fidelity=fidelity.as_dict(),
+        validation=validation.as_dict(),
+        thresholds=thresholds,
+        auto_keep={
+            "mode": options.auto_keep.mode,
+            "lint": (
+                {
+                    "rows": len(rows[0]),
+                    "findings": [
+                        {
+                            "layer": node,
+                            "kind": "overflow" if why.startswith("numeric") else "reads overflow",
+                            "message": why,
+                            "values": {},
+                        }
+                        for node, why in keep.items()
+                    ],
+                    "kept": sorted(keep),
+                }
+                if options.auto_keep.mode != "off"
+                else None
+            ),
+            "search": None,
+            "note": LIMITS,
+        },
+        timings=clock.timings,
+    )
+    context = Context(original, None, signature, tasks, metrics, data, precision)
+    return converted, GraphPlan(tuple(decisions)), context, GraphLoaded(original), report

@@ -1,0 +1,128 @@
+"""SavedModels without Keras metadata, built by committed code: what the graph-level path converts.
+
+- `keras_export`: a Keras 3 `model.export()` of a small CNN classifier (sigmoid-free softmax head).
+- `two_matmuls`: a tf.Module with two matmuls and a softmax, saved with tf.saved_model.save.
+- `two_inputs`: a tf.Module whose signature takes two named inputs and returns two outputs.
+- `overflowing`: a classifier whose side branch reaches ~5e5 (beyond float16's 65504) while the rest does not.
+- `no_signatures`: a tf.Module saved without any signature.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def keras_export(path, seed: int = 0):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(8, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    with np.load(_digits(), allow_pickle=False) as npz:
+        x, y = npz["x_train"].reshape(-1, 8, 8, 1), npz["y_train"]
+    model.compile(optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=15, batch_size=64, verbose=0)
+    model.export(str(path), verbose=False)
+    return path
+
+
+def digits_npz(path):
+    """The digits data as 8x8x1 images (x, y: the model has one input)."""
+    with np.load(_digits(), allow_pickle=False) as npz:
+        np.savez(path, x=npz["x"].reshape(-1, 8, 8, 1), y=npz["y"])
+    return path
+
+
+def _digits():
+    from conftest import SAMPLES
+
+    return SAMPLES / "data" / "digits.npz"
+
+
+def two_matmuls(path):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = tf.Variable(rng.normal(size=(16, 32)).astype(np.float32) * 0.3)
+            self.b1 = tf.Variable(np.zeros(32, np.float32))
+            self.w2 = tf.Variable(rng.normal(size=(32, 4)).astype(np.float32) * 0.3)
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 16), tf.float32, name="features")])
+        def serve(self, features):
+            hidden = tf.nn.relu(tf.matmul(features, self.w1) + self.b1)
+            return {"probabilities": tf.nn.softmax(tf.matmul(hidden, self.w2))}
+
+    net = Net()
+    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
+    return path
+
+
+def overflowing(path):
+    """A classifier with a side branch whose float32 activations reach ~5e5: float16 overflows only there."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = tf.Variable(rng.normal(size=(16, 32)).astype(np.float32) * 0.3)
+            self.w2 = tf.Variable(rng.normal(size=(32, 4)).astype(np.float32) * 0.3)
+            self.big = tf.Variable(rng.normal(size=(16, 8)).astype(np.float32) * 3e4)
+            self.small = tf.Variable(rng.normal(size=(8, 4)).astype(np.float32) * 3e-5)
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 16), tf.float32, name="features")])
+        def serve(self, features):
+            hidden = tf.nn.relu(tf.matmul(features, self.w1))
+            side = tf.matmul(tf.nn.relu(tf.matmul(features, self.big)), self.small)
+            return {"probabilities": tf.nn.softmax(tf.matmul(hidden, self.w2) + side)}
+
+    net = Net()
+    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
+    return path
+
+
+def two_inputs(path):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = tf.Variable(rng.normal(size=(6, 8)).astype(np.float32) * 0.4)
+            self.b = tf.Variable(rng.normal(size=(3, 8)).astype(np.float32) * 0.4)
+            self.out = tf.Variable(rng.normal(size=(8, 1)).astype(np.float32) * 0.4)
+
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec((None, 6), tf.float32, name="left"),
+                tf.TensorSpec((None, 3), tf.float32, name="right"),
+            ]
+        )
+        def serve(self, left, right):
+            joined = tf.nn.relu(tf.matmul(left, self.a) + tf.matmul(right, self.b))
+            return {"score": tf.matmul(joined, self.out), "joined_mean": tf.reduce_mean(joined, axis=1)}
+
+    net = Net()
+    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
+    return path
+
+
+def no_signatures(path):
+    import tensorflow as tf
+
+    module = tf.Module()
+    module.v = tf.Variable(1.0)
+    tf.saved_model.save(module, str(path), signatures={})
+    return path

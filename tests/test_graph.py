@@ -1,0 +1,149 @@
+"""SavedModels without Keras metadata, converted at graph level: op dtypes, parity, accuracy, refusals.
+
+The models are tests/graph_models.py's: a Keras 3 `model.export()` CNN, a
+tf.Module with two matmuls and a softmax, a two-input two-output module, an
+overflowing one, and one saved without signatures.
+"""
+
+import json
+
+import graph_models as gm
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import invoke
+
+import mpconvert
+from mpconvert.graph.model import load_graph
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("graphs")
+    return {
+        "cnn": gm.keras_export(root / "cnn"),
+        "cnn_data": gm.digits_npz(root / "digits8x8.npz"),
+        "mlp": gm.two_matmuls(root / "mlp"),
+        "two": gm.two_inputs(root / "two"),
+        "overflow": gm.overflowing(root / "overflow"),
+        "none": gm.no_signatures(root / "none"),
+    }
+
+
+def report_of(folder) -> dict:
+    return json.loads((folder / "report.json").read_text())
+
+
+def saved_op_dtypes(folder) -> dict[str, set[str]]:
+    fn = tf.saved_model.load(str(folder)).signatures["serving_default"]
+    found: dict[str, set[str]] = {}
+    graphs = [fn.graph.as_graph_def()]
+    for graph_def in graphs:
+        for node in list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]:
+            if "T" in node.attr and node.attr["T"].type:
+                found.setdefault(node.op, set()).add(tf.as_dtype(node.attr["T"].type).name)
+    return found
+
+
+@pytest.mark.parametrize("policy,dtype", [("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")])
+def test_a_keras_export_converts_with_real_16bit_kernels_and_keeps_its_accuracy(models, tmp_path, policy, dtype):
+    out = tmp_path / "out"
+    result = invoke(models["cnn"], "--policy", policy, "--data", models["cnn_data"], "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "graph-level: no Keras layers" in result.output
+    report = report_of(out)
+    assert report["source"]["format"] == "graph" and report["finetune"] is None and report["padding"] is None
+    v = report["validation"]
+    assert v["metric"] == "accuracy" and v["reference"] > 0.85 and v["drop"] <= 0.01
+    # The saved graph computes its MatMul and Conv2D in the 16-bit type, and takes and returns float32.
+    dtypes = saved_op_dtypes(out / "savedmodel")
+    assert dtype in dtypes["MatMul"] and dtype in dtypes["Conv2D"] and "float32" not in dtypes["MatMul"]
+    fn = tf.saved_model.load(str(out / "savedmodel")).signatures["serving_default"]
+    source = tf.saved_model.load(str(models["cnn"])).signatures["serving_default"]
+    # Keras names the exported input keras_tensor_N, N counting the tensors its process made: compare with it.
+    (name,) = source.structured_input_signature[1]
+    _, inputs = fn.structured_input_signature
+    assert {k: s.dtype for k, s in inputs.items()} == {name: tf.float32}
+    assert {k: s.dtype for k, s in fn.structured_outputs.items()} == {"output_0": tf.float32}
+    # Both artifacts re-ran to the converted graph's outputs.
+    artifacts = {a["kind"]: a for a in report["artifacts"]}
+    assert set(artifacts) == {"savedmodel", "onnx"} and artifacts["savedmodel"]["max_abs_diff"] == 0.0
+    assert all(c["passed"] for c in report["gate"]["checks"])
+
+
+def test_a_tf_module_with_two_matmuls_keeps_softmax_and_outputs_float32(models, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(models["mlp"], "--policy", "mixed_float16", "--out", out)
+    assert result.exit_code == 0, result.output
+    layers = {layer["class_name"]: layer for layer in report_of(out)["layers"]}
+    assert layers["MatMul"]["policy"] == "mixed_float16"
+    dtypes = saved_op_dtypes(out / "savedmodel")
+    assert dtypes["Softmax"] == {"float32"} and dtypes["MatMul"] == {"float16"}
+
+
+def test_keep_float32_names_a_node_or_an_op_type(models, tmp_path):
+    graph = load_graph(models["mlp"])
+    first = next(n.name for n in graph.graph_def.node if n.op == "MatMul")
+    out = tmp_path / "out"
+    result = invoke(models["mlp"], "--policy", "mixed_float16", "--keep-float32", first, "--out", out)
+    assert result.exit_code == 0, result.output
+    layers = {layer["name"]: layer for layer in report_of(out)["layers"]}
+    assert layers[first]["policy"] == "float32" and layers[first]["pinned"] == f"--keep-float32 {first!r}"
+    assert (
+        sum(1 for layer in layers.values() if layer["class_name"] == "MatMul" and layer["policy"] == "mixed_float16")
+        == 1
+    )
+    every = invoke(models["mlp"], "--policy", "mixed_float16", "--keep-float32", "MatMul", "--out", tmp_path / "o2")
+    assert every.exit_code == 3  # nothing left to convert: the policy-rewrite check fails and says so
+    assert "MatMul" not in op_dtypes_of_saved(tmp_path / "o2" / "savedmodel", "float16")
+
+
+def op_dtypes_of_saved(folder, dtype) -> set[str]:
+    return {op for op, dtypes in saved_op_dtypes(folder).items() if dtype in dtypes}
+
+
+def test_two_inputs_and_two_outputs_are_named_and_compared(models, tmp_path):
+    rng = np.random.default_rng(0)
+    left, right = rng.normal(size=(50, 6)).astype("float32"), rng.normal(size=(50, 3)).astype("float32")
+    np.savez(tmp_path / "d.npz", left=left, right=right, y_score=rng.normal(size=(50, 1)).astype("float32"))
+    out = tmp_path / "out"
+    result = invoke(models["two"], "--policy", "mixed_bfloat16", "--data", tmp_path / "d.npz", "--out", out)
+    assert result.exit_code == 0, result.output
+    report = report_of(out)
+    outputs = {o["name"]: o for o in report["validation"]["outputs"]}
+    assert outputs["score"]["metric"] == "mse" and outputs["joined_mean"]["metric"] is None
+    onnx = next(a for a in report["artifacts"] if a["kind"] == "onnx")
+    assert set(onnx["outputs"]) == {"joined_mean", "score"}
+    fn = tf.saved_model.load(str(out / "savedmodel")).signatures["serving_default"]
+    assert sorted(fn.structured_input_signature[1]) == ["left", "right"]
+
+
+def test_overflowing_float16_activations_are_kept_float32_by_the_default_command(models, tmp_path):
+    off = invoke(models["overflow"], "--policy", "mixed_float16", "--auto-keep", "off", "--out", tmp_path / "off")
+    assert off.exit_code == 3 and "NaN/inf" in off.output
+    on = invoke(models["overflow"], "--policy", "mixed_float16", "--out", tmp_path / "on")
+    assert on.exit_code == 0, on.output
+    report = report_of(tmp_path / "on")
+    kept = {layer["name"]: layer["pinned"] for layer in report["layers"] if layer["pinned"]}
+    assert any(why.startswith("numeric lint: output max") for why in kept.values())
+    assert report["auto_keep"]["lint"]["kept"] and report["validation"]["nonfinite_outputs"] == 0
+    assert any(layer["policy"] == "mixed_float16" for layer in report["layers"])  # not everything kept
+
+
+def test_refusals_name_the_problem(models, tmp_path):
+    tuned = invoke(models["mlp"], "--policy", "mixed_float16", "--finetune-steps", "5", "--out", tmp_path / "t")
+    assert tuned.exit_code == 1 and "cannot be fine-tuned" in tuned.stderr and "--finetune-steps 0" in tuned.stderr
+    none = invoke(models["none"], "--policy", "mixed_float16", "--out", tmp_path / "n")
+    assert none.exit_code == 1 and "has no signature 'serving_default': it has no signatures at all" in none.stderr
+    other = invoke(models["mlp"], "--policy", "mixed_float16", "--signature", "nope", "--out", tmp_path / "s")
+    assert other.exit_code == 1 and "its signatures are serving_default" in other.stderr
+    assert not any((tmp_path / name).exists() for name in ("t", "n", "s"))
+    inspect = invoke("inspect", models["mlp"])
+    assert inspect.exit_code == 1 and "no Keras layers" in inspect.stderr
+
+
+def test_the_python_api_converts_a_graph_savedmodel(models, tmp_path):
+    conversion = mpconvert.convert(models["mlp"], "mixed_bfloat16")
+    assert conversion.report["source"]["format"] == "graph"
+    report = conversion.save(tmp_path / "api", export=("savedmodel",))
+    assert report["passed"] and (tmp_path / "api" / "savedmodel" / "saved_model.pb").is_file()
