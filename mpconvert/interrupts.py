@@ -43,6 +43,11 @@ def check() -> None:
         _raise(_received)
 
 
+def received() -> int | None:
+    """The signal that arrived, if any: an error raised after it is its consequence, not a failure."""
+    return _received
+
+
 def forget() -> None:
     """Forget a recorded signal: for a process that handled it and goes on (the tests)."""
     global _received

@@ -24,6 +24,10 @@ def run_action(debug: bool, action: Callable[[], int]) -> int:
         click.echo("interrupted: nothing was written", err=True)
         return getattr(exc, "exit_code", EXIT_INTERRUPTED)
     except Exception as exc:  # MemoryError included; SystemExit and the like pass through
+        signum = interrupts.received()
+        if signum is not None:  # a KeyboardInterrupt that a library (an import) turned into another error
+            click.echo("interrupted: nothing was written", err=True)
+            return 128 + signum
         failure = failure_of(exc)
         if debug:
             traceback.print_exc()
