@@ -188,20 +188,10 @@ def _graph_savedmodel(model: Any, path: Path, rows: list[np.ndarray], expected) 
 
 def _graph_onnx(model: Any, path: Path, rows: list[np.ndarray], expected, opset: int) -> Artifact:
     from .onnx.export import graph_to_onnx
-    from .onnx.run import run_onnx
 
     exported = graph_to_onnx(model.graph_def, model.input_tensors, model.output_tensors, path, opset=opset)
-    run = run_onnx(path, dict(zip(exported.input_names, rows)))
-    details = {
-        "opset": exported.opset,
-        "initializer_dtypes": exported.initializer_dtypes,
-        "repairs": list(exported.repairs),
-        "emulated_16bit_ops": list(run.promoted_ops),
-        "ran_as_written": run.native,
-    }
-    return _artifact(
-        "onnx", path, expected, run.by_name(list(model.output_tensors)), run.checked_with, details, model.signature
-    )
+    feeds = dict(zip(exported.input_names, rows))
+    return _onnx_artifact(exported, feeds, list(model.output_tensors), expected, model.signature)
 
 
 # Bytes of graph, metadata and report beside the weights in an output folder
@@ -279,10 +269,17 @@ def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: An
 
 def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], expected, opset: int) -> Artifact:
     from .onnx.export import keras_to_onnx
-    from .onnx.run import run_onnx
 
     exported = keras_to_onnx(model, input_specs(signature), path, opset=opset)
-    run = run_onnx(path, {spec.name: x for spec, x in zip(signature.inputs, rows)})
+    feeds = {spec.name: x for spec, x in zip(signature.inputs, rows)}
+    return _onnx_artifact(exported, feeds, [spec.name for spec in signature.outputs], expected, signature)
+
+
+def _onnx_artifact(exported: Any, feeds: dict, output_names: list[str], expected, signature: Signature) -> Artifact:
+    """The written ONNX file re-run on `feeds`, its outputs matched by name, against the converted model's."""
+    from .onnx.run import run_onnx
+
+    run = run_onnx(exported.path, feeds)
     details = {
         "opset": exported.opset,
         "initializer_dtypes": exported.initializer_dtypes,
@@ -293,5 +290,5 @@ def _onnx(model: Any, signature: Signature, path: Path, rows: list[np.ndarray], 
         "emulated_16bit_ops": list(run.promoted_ops),
         "ran_as_written": run.native,
     }
-    got = run.by_name([spec.name for spec in signature.outputs])
-    return _artifact("onnx", path, expected, got, run.checked_with, details, signature)
+    got = run.by_name(output_names)
+    return _artifact("onnx", exported.path, expected, got, run.checked_with, details, signature)

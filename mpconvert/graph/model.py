@@ -12,7 +12,8 @@ the same signature name, input and output names and dtypes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import functools
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,20 @@ class GraphModel:
     input_tensors: tuple[str, ...]  # "name:0" in graph_def, in `inputs` order
     outputs: tuple[TensorSpec, ...]  # named like the signature's output keys
     output_tensors: tuple[str, ...]
+    # The loaded signature itself, which the frozen graph must reproduce (None after a rewrite).
+    source: Any = field(default=None, compare=False, repr=False)
 
     @property
     def signature(self) -> Signature:
         return Signature(self.inputs, self.outputs)
 
     def with_graph(self, graph_def: Any) -> GraphModel:
-        return replace(self, graph_def=graph_def)
+        return replace(self, graph_def=graph_def, source=None)
+
+    @functools.cached_property
+    def serving(self):
+        """`function()` for the signature's outputs, imported once per GraphModel (each import copies the graph)."""
+        return self.function()
 
     def function(self, tensors: tuple[str, ...] | None = None):
         """The graph as a callable on tensors (one per input, in order) returning a list of tensors.
@@ -66,7 +74,7 @@ class GraphModel:
     ) -> list[np.ndarray]:
         import tensorflow as tf
 
-        fn = self.function(tensors)
+        fn = self.function(tensors) if tensors else self.serving
         chunks = []
         for start in range(0, len(inputs[0]), batch):
             feeds = [tf.constant(x[start : start + batch]) for x in inputs]
@@ -78,7 +86,7 @@ class GraphModel:
         import tensorflow as tf
 
         module = tf.Module()
-        module.graph = self.function()
+        module.graph = self.serving
         names = [spec.name for spec in self.inputs]
         keys = [spec.name for spec in self.outputs]
         specs = [tf.TensorSpec(spec.shape, spec.dtype, name=spec.name) for spec in self.inputs]
@@ -148,6 +156,7 @@ def load_graph(path: Path, signature_name: str | None = None) -> GraphModel:
     outputs = tuple(TensorSpec(k, tuple(structured[k].shape), structured[k].dtype.name) for k in keys)
     out_tensors = dict(zip(sorted(structured), frozen.outputs))
     return GraphModel(
+        source=fn,
         name=Path(path).name,
         graph_def=frozen.graph.as_graph_def(),
         signature_name=wanted,

@@ -78,12 +78,11 @@ def _generated(model: GraphModel, rows: int, seed: int) -> list[np.ndarray]:
     return found
 
 
-def _signature_outputs(path, model: GraphModel, rows: list[np.ndarray]) -> list[np.ndarray]:
+def _signature_outputs(model: GraphModel, rows: list[np.ndarray]) -> list[np.ndarray]:
     """The SavedModel's own signature on `rows`: what the frozen graph must reproduce."""
     import tensorflow as tf
 
-    fn = tf.saved_model.load(str(path)).signatures[model.signature_name]
-    result = fn(**{spec.name: tf.constant(x) for spec, x in zip(model.inputs, rows)})
+    result = model.source(**{spec.name: tf.constant(x) for spec, x in zip(model.inputs, rows)})
     return [np.asarray(result[spec.name], dtype=np.float32) for spec in model.outputs]
 
 
@@ -110,8 +109,9 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
         thresholds = Thresholds.defaults(precision).overridden(options.gate, measured)
     rows = [x[:PARITY_SAMPLES] for x in data.validation.inputs]
     with clock.stage("rewrite"):
-        frozen = original.predict(rows)
-        expected = _signature_outputs(path, original, rows)
+        reference = original.predict(data.validation.inputs)  # the proof's rows and the validation's, at once
+        frozen = [o[: len(rows[0])] for o in reference]
+        expected = _signature_outputs(original, rows)
         diff = max_abs_diff(expected, frozen)
         fidelity = Fidelity(rows=len(rows[0]), max_abs_diff=diff, limit=limit_for(expected))
         if diff is None or diff > fidelity.limit:
@@ -131,7 +131,7 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
         converted = original.with_graph(graph_def)
     with clock.stage("validate"):
         validation = compare(
-            original.predict(data.validation.inputs),
+            reference,
             converted.predict(data.validation.inputs),
             data.validation,
             tasks,

@@ -79,6 +79,11 @@ def keras_to_onnx(
     reject_unconverted_ops(proto, model)
     check_inputs(proto, specs)
 
+    return _finish(proto, tf_dtypes, patched, model, path, opset)
+
+
+def _finish(proto, tf_dtypes, patched: bool, model, path: pathlib.Path, opset: int) -> OnnxExport:
+    """Repair, check and write the converted graph; `model` is where a failing op's layer is looked up."""
     repairs: list[str] = []
     if tf.bfloat16 in tf_dtypes:
         if patched:
@@ -124,40 +129,47 @@ def graph_to_onnx(graph_def, input_tensors, output_tensors, path: pathlib.Path, 
 
     path = pathlib.Path(path)
     check_opset(opset)
+
+    def convert():
+        proto, _ = tf2onnx.convert.from_graph_def(
+            graph_def, input_names=list(input_tensors), output_names=list(output_tensors), opset=opset
+        )
+        return proto
+
+    proto, patched = _quietly(convert, "the graph")
+    reject_unconverted_ops(proto, _NoLayers())
+    return _finish(proto, graph_dtypes(graph_def), patched, _NoLayers(), path, opset)
+
+
+def _quietly(convert, what: str, lean: bool = False):
+    """`convert()` under tf2onnx's process-wide settings: (its ONNX proto, whether bfloat16 was patched in).
+
+    The logger settings, the dtype patch and tf2onnx's handler table are
+    process-wide state, so conversions take turns. tf2onnx logs unsupported
+    ops and swallowed optimizer tracebacks at ERROR/WARNING, some through
+    the root logger ("onnxruntime only support float32 type for Gemm
+    rewriter" for every 16-bit RNN); the caller gets an MpconvertError or a
+    repair note instead.
+    """
+    import tf2onnx
+
+    tf2onnx_logger, root = logging.getLogger("tf2onnx"), logging.getLogger()
+    quiet = _FromPackage(os.path.dirname(tf2onnx.__file__))
     with _TF2ONNX_LOCK:
         _register_tf2onnx_handlers()
-        level = logging.getLogger("tf2onnx").level
-        logging.getLogger("tf2onnx").setLevel(logging.CRITICAL)
+        level = tf2onnx_logger.level
+        tf2onnx_logger.setLevel(logging.CRITICAL)
+        root.addFilter(quiet)
         try:
-            with tf2onnx_knows_bfloat16():
-                proto, _ = tf2onnx.convert.from_graph_def(
-                    graph_def, input_names=list(input_tensors), output_names=list(output_tensors), opset=opset
-                )
+            with tf2onnx_knows_bfloat16() as patched, _lean_tf2onnx() if lean else contextlib.nullcontext():
+                return convert(), patched
         except Exception as exc:
             raise MpconvertError(
-                f"tf2onnx could not convert the graph: {type(exc).__name__}: {exc}", hint="use --export savedmodel"
+                f"tf2onnx could not convert {what}: {type(exc).__name__}: {exc}", hint="use --export savedmodel"
             ) from exc
         finally:
-            logging.getLogger("tf2onnx").setLevel(level)
-    tf_dtypes = graph_dtypes(graph_def)
-    repairs: list[str] = []
-    if tf.bfloat16 in tf_dtypes and tf.float16 not in tf_dtypes:
-        repairs.extend(retype_float16_as_bfloat16(proto))
-    for repair in REPAIRS:
-        repairs.extend(repair(proto))
-    reject_unconverted_ops(proto, _NoLayers())
-    data = check(proto, _NoLayers())
-    replace_atomically(path, data, "the ONNX file")
-    dtypes = Counter(TensorProto.DataType.Name(t.data_type) for t in proto.graph.initializer)
-    return OnnxExport(
-        path=path,
-        bytes=path.stat().st_size,
-        opset=opset,
-        input_names=[i.name for i in proto.graph.input],
-        output_names=[o.name for o in proto.graph.output],
-        initializer_dtypes=dict(sorted(dtypes.items())),
-        repairs=repairs,
-    )
+            root.removeFilter(quiet)
+            tf2onnx_logger.setLevel(level)
 
 
 def _named_specs(model, input_specs):
@@ -181,7 +193,6 @@ def _output_names(model):
 
 
 def _convert(model, specs, output_names, opset):
-    import tf2onnx  # slow to import; only exports need it
 
     def call(*args):
         outputs = model(args[0] if len(args) == 1 else list(args), training=False)
@@ -210,29 +221,7 @@ def _convert(model, specs, output_names, opset):
         ) from exc
     graph_def = concrete.graph.as_graph_def()
 
-    tf2onnx_logger, root = logging.getLogger("tf2onnx"), logging.getLogger()
-    quiet = _FromPackage(os.path.dirname(tf2onnx.__file__))
-    # The logger settings, the dtype patch and tf2onnx's handler table are
-    # process-wide state.
-    with _TF2ONNX_LOCK:
-        _register_tf2onnx_handlers()
-        level = tf2onnx_logger.level
-        # tf2onnx logs unsupported ops and swallowed optimizer tracebacks at
-        # ERROR/WARNING, some through the root logger ("onnxruntime only
-        # support float32 type for Gemm rewriter" for every 16-bit RNN); the
-        # caller gets an MpconvertError or a repair note instead.
-        tf2onnx_logger.setLevel(logging.CRITICAL)
-        root.addFilter(quiet)
-        try:
-            with tf2onnx_knows_bfloat16() as patched, _lean_tf2onnx():
-                proto = _from_concrete_function(concrete, opset)
-        except Exception as exc:
-            raise MpconvertError(
-                f"tf2onnx could not convert the model: {type(exc).__name__}: {exc}", hint="use --export savedmodel"
-            ) from exc
-        finally:
-            root.removeFilter(quiet)
-            tf2onnx_logger.setLevel(level)
+    proto, patched = _quietly(lambda: _from_concrete_function(concrete, opset), "the model", lean=True)
 
     # TF flattens a dict in key order; put outputs back in the model's order.
     by_name = {o.name: o for o in proto.graph.output}
