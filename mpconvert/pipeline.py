@@ -39,11 +39,11 @@ from .signature import Signature, generate_inputs, refuse_string_inputs, signatu
 from .speed import (
     SPEED_BATCH,
     Speed,
-    fast_units,
     measure_onnx_speed,
     measure_speed,
     padding_cost,
     probe_hardware,
+    target_note,
     warning_for,
 )
 from .speed.slow_kernel import guard
@@ -120,12 +120,6 @@ def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
         return (Task(_kind(output_activation(model_config(model), model_class(model))), signature.outputs[0]),)
     layers = output_layers(model)
     return tuple(Task(_kind(_activation_of(layer)), spec) for layer, spec in zip(layers, signature.outputs))
-
-
-def _target_note(precision: Any) -> str | None:
-    """Said beside the speed figures when this machine lacks the units the policy is for."""
-    fast, why = fast_units(probe_hardware(), precision.compute_dtype)
-    return None if fast is not False else f"this machine's figure, not the target's ({why})"
 
 
 def refuse_unknown_outputs(signature: Signature, options: ConvertOptions) -> None:
@@ -292,7 +286,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         padding=padding.report if padding else None,
         auto_keep=auto.as_dict(),
         speed=(
-            {**speed.as_dict(), "warning": warning, "target_note": _target_note(precision), "padding": padded_cost}
+            {**speed.as_dict(), "warning": warning, "target_note": target_note(precision), "padding": padded_cost}
             if speed
             else None
         ),

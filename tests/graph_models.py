@@ -4,6 +4,9 @@
 - `two_matmuls`: a tf.Module with two matmuls and a softmax, saved with tf.saved_model.save.
 - `two_inputs`: a tf.Module whose signature takes two named inputs and returns two outputs.
 - `overflowing`: a classifier whose side branch reaches ~5e5 (beyond float16's 65504) while the rest does not.
+- `offset`: a classifier whose first matmul's output rides on a +1000 offset that the next op takes
+  away: in bfloat16 (spacing 4 at 1000) the signal is rounded away without any overflow, so only
+  the accuracy-driven search finds the node to keep (the first matmul); `offset_npz` labels its rows.
 - `no_signatures`: a tf.Module saved without any signature.
 """
 
@@ -116,6 +119,40 @@ def two_inputs(path):
 
     net = Net()
     tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
+    return path
+
+
+def offset(path):
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = tf.Variable(rng.normal(size=(16, 32)).astype(np.float32) * 0.3)
+            self.w2 = tf.Variable(rng.normal(size=(32, 4)).astype(np.float32) * 0.3)
+            self.w3 = tf.Variable(rng.normal(size=(4, 4)).astype(np.float32) * 0.5)
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 16), tf.float32, name="features")])
+        def serve(self, features):
+            lifted = tf.nn.bias_add(tf.matmul(features, self.w1), tf.constant(np.full(32, 1000.0, np.float32)))
+            hidden = tf.nn.relu(lifted - 1000.0)
+            return {"probabilities": tf.nn.softmax(tf.matmul(tf.matmul(hidden, self.w2), self.w3))}
+
+    net = Net()
+    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
+    return path
+
+
+def offset_npz(saved, path, rows: int = 400):
+    """Inputs for `offset` labelled by its own float32 outputs: float32 scores 1.0."""
+    import tensorflow as tf
+
+    x = np.random.default_rng(4).normal(size=(rows, 16)).astype(np.float32)
+    fn = tf.saved_model.load(str(saved)).signatures["serving_default"]
+    y = np.argmax(fn(features=tf.constant(x))["probabilities"].numpy(), axis=1)
+    np.savez(path, x=x, y=y)
     return path
 
 

@@ -26,6 +26,7 @@ def models(tmp_path_factory):
         "mlp": gm.two_matmuls(root / "mlp"),
         "two": gm.two_inputs(root / "two"),
         "overflow": gm.overflowing(root / "overflow"),
+        "offset": gm.offset(root / "offset"),
         "none": gm.no_signatures(root / "none"),
     }
 
@@ -130,6 +131,37 @@ def test_overflowing_float16_activations_are_kept_float32_by_the_default_command
     assert any(layer["policy"] == "mixed_float16" for layer in report["layers"])  # not everything kept
 
 
+def test_the_search_keeps_the_one_node_that_bfloat16_rounds_the_signal_away_in(models, tmp_path):
+    data = gm.offset_npz(models["offset"], tmp_path / "offset.npz")
+    off = invoke(
+        models["offset"], "--policy", "mixed_bfloat16", "--data", data, "--auto-keep", "lint", "--out", tmp_path / "l"
+    )
+    assert off.exit_code == 3, off.output  # no overflow: the lint finds nothing, the accuracy gate fails
+    assert report_of(tmp_path / "l")["auto_keep"]["lint"]["kept"] == []
+    out = tmp_path / "s"
+    result = invoke(models["offset"], "--policy", "mixed_bfloat16", "--data", data, "--out", out, "--speed")
+    assert result.exit_code == 0, result.output
+    report = report_of(out)
+    search = report["auto_keep"]["search"]
+    assert search["outcome"] == "passed" and search["trials"] >= 1
+    matmuls = [layer for layer in report["layers"] if layer["class_name"] == "MatMul"]
+    kept = [layer for layer in matmuls if layer["pinned"]]
+    # tf.function names the matmuls in call order: MatMul is features @ w1, the one under the offset.
+    assert (
+        len(matmuls) == 3
+        and [layer["name"].rpartition("/")[2] for layer in kept] == ["MatMul"]
+        and kept[0]["pinned"].startswith("accuracy-driven search: drop")
+    )
+    assert search["kept"] == [kept[0]["name"]] and search["ranking"][0]["layer"] == kept[0]["name"]
+    assert report["validation"]["drop"] <= 0.01
+    # The other two matmuls compute in bfloat16 in the saved graph, the kept one in float32.
+    assert saved_op_dtypes(out / "savedmodel")["MatMul"] == {"bfloat16", "float32"}
+    # The speed stage timed what the exported SavedModel runs, against the float32 graph.
+    speed = report["speed"]
+    assert list(speed["paths"]) == ["savedmodel"] and speed["paths"]["savedmodel"]["ratio"] > 0
+    assert report["slow_kernel"] is None
+
+
 def test_refusals_name_the_problem(models, tmp_path):
     tuned = invoke(models["mlp"], "--policy", "mixed_float16", "--finetune-steps", "5", "--out", tmp_path / "t")
     assert tuned.exit_code == 1 and "cannot be fine-tuned" in tuned.stderr and "--finetune-steps 0" in tuned.stderr
@@ -147,3 +179,88 @@ def test_the_python_api_converts_a_graph_savedmodel(models, tmp_path):
     assert conversion.report["source"]["format"] == "graph"
     report = conversion.save(tmp_path / "api", export=("savedmodel",))
     assert report["passed"] and (tmp_path / "api" / "savedmodel" / "saved_model.pb").is_file()
+
+
+def test_a_batch_converts_graph_savedmodels_beside_keras_ones(models, tmp_path):
+    """Batch workers run the same graph-level path: a manifest mixing a plain SavedModel and a .keras file."""
+    import subprocess
+
+    from conftest import SAMPLES, console_script
+
+    manifest = tmp_path / "zoo.toml"
+    manifest.write_text(
+        f"""
+[defaults]
+finetune_steps = 0
+export = ["savedmodel"]
+
+[[model]]
+path = "{models["cnn"]}"
+data = "{models["cnn_data"]}"
+name = "exported_cnn"
+policy = ["mixed_float16", "mixed_bfloat16"]
+
+[[model]]
+path = "{SAMPLES / "cancer_mlp.keras"}"
+data = "{SAMPLES / "data" / "breast_cancer.npz"}"
+policy = "mixed_bfloat16"
+"""
+    )
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [console_script(), "batch", str(manifest), "--out", str(out), "--jobs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((out / "batch.json").read_text())
+    statuses = {m["folder"]: m["status"] for m in summary["models"]}
+    assert statuses == {
+        "exported_cnn/mixed_float16": "passed",
+        "exported_cnn/mixed_bfloat16": "passed",
+        "cancer_mlp/mixed_bfloat16": "passed",
+    }
+    for policy, dtype in (("mixed_float16", "float16"), ("mixed_bfloat16", "bfloat16")):
+        folder = out / "exported_cnn" / policy
+        assert report_of(folder)["source"]["format"] == "graph"
+        assert dtype in saved_op_dtypes(folder / "savedmodel")["Conv2D"]
+    cnn = next(m for m in summary["models"] if m["folder"] == "exported_cnn/mixed_bfloat16")
+    assert cnn["metric"] == "accuracy" and cnn["before"] > 0.85 and cnn["drop"] <= 0.01
+
+
+def test_the_slow_kernel_guard_restarts_a_graph_conversion_with_onednn_off(models, tmp_path):
+    """Plain SavedModels get real float16 MatMuls, the kernels the guard is for: the same restart applies."""
+    import os
+    import subprocess
+
+    from conftest import console_script
+
+    from mpconvert.speed.slow_kernel import FOUND_ENV, ONEDNN_ENV, THRESHOLD_ENV
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", THRESHOLD_ENV: "0.0001"}
+    env.pop(FOUND_ENV, None)
+    env.pop(ONEDNN_ENV, None)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            console_script(),
+            str(models["mlp"]),
+            "--policy",
+            "mixed_float16",
+            "--out",
+            str(out),
+            "--export",
+            "savedmodel",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "running again with TF_ENABLE_ONEDNN_OPTS=0" in done.stderr
+    found = report_of(out)["slow_kernel"]
+    assert found["done"].startswith("restarted with TF_ENABLE_ONEDNN_OPTS=0")
+    assert found["found"]["float32_ms"] > 0 and found["fixed"]["converted_ms"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -6,8 +6,10 @@ Keras models) in memory; the export is artifacts.export_graph. Fine-tuning
 and padding need Keras layers and are not available here: the report and
 the summary say so, and --finetune-steps N > 0 is refused. The numeric lint
 runs at node level (float32 node outputs beyond the 16-bit range stay
-float32, with their readers); the accuracy-driven search does not run
-(`auto_keep` says so); --keep-float32 names nodes or op types.
+float32, with their readers), then the accuracy-driven search over nodes
+(graph/search.py) when the gate still fails; --keep-float32 names nodes or
+op types. The slow-kernel guard and the speed stage time the imported
+serving graph, which the exported SavedModel runs.
 """
 
 from __future__ import annotations
@@ -22,17 +24,21 @@ from ..context import Context
 from ..data import EvalData, Task, resolve_data, unlabelled
 from ..errors import MpconvertError
 from ..fidelity import Fidelity, limit_for
+from ..numerics.autokeep import passes, search_reason
 from ..numerics.lint import OVERFLOW_MARGIN
-from ..options import PARITY_SAMPLES, ConvertOptions
+from ..options import LINT_ROWS, PARITY_SAMPLES, ConvertOptions
 from ..report import Report
+from ..speed import measure_speed, target_note, warning_for
+from ..speed.slow_kernel import guard
 from ..thresholds import Thresholds
-from ..validate import choose_metrics, compare, max_abs_diff
+from ..validate import choose_metrics, judge, max_abs_diff
 from .model import GraphModel, load_graph
 from .rewrite import PASS_THROUGH, candidates, overflowing, rewrite_graph
+from .search import search_nodes
 
 LIMITS = (
-    "graph-level: no Keras layers, so no fine-tuning, no padding and no accuracy-driven search; the numeric "
-    "lint checks node outputs for overflow; --keep-float32 names nodes or op types"
+    "graph-level: no Keras layers, so no fine-tuning and no padding; the numeric lint and the accuracy-driven "
+    "search work on graph nodes; --keep-float32 names nodes or op types"
 )
 
 
@@ -96,6 +102,9 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
             "fine-tuned",
             hint="pass --finetune-steps 0 (the default when the data has no training split)",
         )
+    warning = warning_for(precision) if options.speed else None
+    if warning:
+        clock.hooks.warning(warning)
     with clock.stage("load"):
         original = load_graph(path, options.load.signature)
         signature = original.signature
@@ -125,21 +134,51 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
             values = original.predict(rows, tensors=tuple(f"{n}:0" for n in names)) if names else []
             largest = {n: float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for n, v in zip(names, values)}
             keep = overflowing(original.graph_def, largest, precision.max_finite * OVERFLOW_MARGIN)
-        graph_def, decisions = rewrite_graph(
-            original.graph_def, original.output_tensors, precision.compute_dtype, options.rewrite.keep_float32, keep
-        )
-        converted = original.with_graph(graph_def)
+
+        def rewrite_keeping(kept: dict[str, str]) -> tuple[GraphModel, list]:
+            graph_def, decisions = rewrite_graph(
+                original.graph_def, original.output_tensors, precision.compute_dtype, options.rewrite.keep_float32, kept
+            )
+            return original.with_graph(graph_def), decisions
+
+        converted, decisions = rewrite_keeping(keep)
+    context = Context(original, None, signature, tasks, metrics, data, precision)
+    with clock.stage("kernel check"):  # before any minutes go into a broken kernel
+        rows_all = list(data.validation.inputs)
+        slow = guard(precision.name, original, converted, signature, rows_all, clock.hooks.may_restart)
     with clock.stage("validate"):
-        validation = compare(
-            reference,
-            converted.predict(data.validation.inputs),
-            data.validation,
-            tasks,
-            metrics,
-            data.source,
-            precision.resolution,
-            data.overlap,
-        )
+        validation = judge(context, reference, converted.predict(data.validation.inputs))
+    searched = None
+    if options.auto_keep.mode == "search" and not passes(validation.as_dict(), thresholds):
+        with clock.stage("search"):
+            searched = search_nodes(
+                context,
+                converted,
+                decisions,
+                lambda kept: rewrite_keeping({**keep, **dict.fromkeys(kept, "accuracy-driven search: trial")})[0],
+                reference,
+                lambda v: passes(v, thresholds),
+                options.auto_keep.search_budget,
+                [x[:LINT_ROWS] for x in data.validation.inputs],
+            )
+        if searched.validation is not None:
+            reason = search_reason(validation.as_dict(), searched.validation)
+            with clock.stage("rewrite"):
+                converted, decisions = rewrite_keeping({**keep, **dict.fromkeys(searched.kept, reason)})
+            with clock.stage("validate"):
+                validation = judge(context, reference, converted.predict(data.validation.inputs))
+    speed = None
+    if options.speed:
+        with clock.stage("speed"):
+            speed = measure_speed(
+                original,
+                converted,
+                list(data.validation.inputs),
+                signature=signature,
+                batch=options.speed_batch,
+                paths=("savedmodel",),
+                memory=False,
+            )
     layers = [
         {
             "name": d.name,
@@ -184,10 +223,15 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
                 if options.auto_keep.mode != "off"
                 else None
             ),
-            "search": None,
+            "search": searched.as_dict() if searched else None,
             "note": LIMITS,
         },
+        speed=(
+            {**speed.as_dict(), "warning": warning, "target_note": target_note(precision), "padding": None}
+            if speed
+            else None
+        ),
+        slow_kernel=slow,
         timings=clock.timings,
     )
-    context = Context(original, None, signature, tasks, metrics, data, precision)
     return converted, GraphPlan(tuple(decisions)), context, GraphLoaded(original), report

@@ -72,7 +72,7 @@ class NodeDecision:
     pinned: str | None  # why it stays float32, None when converted
 
 
-def _producer(ref: str) -> tuple[str, int]:
+def producer(ref: str) -> tuple[str, int]:
     name, _, index = ref.lstrip("^").partition(":")
     return name, int(index or 0)
 
@@ -102,7 +102,7 @@ def overflowing(graph_def, values: dict[str, float], limit: float) -> dict[str, 
     allowed = set(values)
     for node in graph_def.node:
         if node.name in allowed and node.name not in found:
-            sources = [_producer(r)[0] for r in node.input if not r.startswith("^")]
+            sources = [producer(r)[0] for r in node.input if not r.startswith("^")]
             hit = next((s for s in sources if s in found and not found[s].startswith("reads")), None)
             if hit:
                 found[node.name] = f"reads {hit}, whose output overflows"
@@ -137,19 +137,19 @@ def rewrite_graph(
     def constant(name: str) -> bool:  # a Const, or an Identity of one (a frozen variable read)
         node = nodes[name]
         while node.op in PASS_THROUGH and node.input:
-            node = nodes[_producer(node.input[0])[0]]
+            node = nodes[producer(node.input[0])[0]]
         return node.op == "Const"
 
     # What feeds the signature's outputs, through pass-through nodes, stays float32.
     feeding_outputs = set()
     for ref in output_tensors:
-        name = _producer(ref)[0]
+        name = producer(ref)[0]
         while name in nodes:
             feeding_outputs.add(name)
             node = nodes[name]
             if node.op not in PASS_THROUGH or not node.input:
                 break
-            name = _producer(node.input[0])[0]
+            name = producer(node.input[0])[0]
 
     decisions: dict[str, NodeDecision] = {}
     sixteen: set[str] = set()
@@ -168,7 +168,7 @@ def rewrite_graph(
             if kept(node):
                 decisions[node.name] = NodeDecision(node.name, node.op, None, kept(node))
                 continue
-            data = [_producer(r)[0] for r in node.input if not r.startswith("^")]
+            data = [producer(r)[0] for r in node.input if not r.startswith("^")]
             floats = [p for p in data if p in nodes and _is_float(nodes[p])]
             if any(p in sixteen for p in floats) and all(p in sixteen or constant(p) for p in floats):
                 sixteen.add(node.name)
@@ -178,7 +178,7 @@ def rewrite_graph(
     for node in graph_def.node:
         for ref in node.input:
             if not ref.startswith("^"):
-                readers.setdefault(_producer(ref)[0], set()).add(node.name)
+                readers.setdefault(producer(ref)[0], set()).add(node.name)
 
     out = graph_pb2.GraphDef()
     out.CopyFrom(graph_def)
@@ -191,7 +191,7 @@ def rewrite_graph(
         if key not in casts:
             name = f"{ref.replace(':', '_')}/mpconvert_cast_{to.name}"
             node = tf.compat.v1.NodeDef(name=name, op="Cast")
-            source = nodes[_producer(ref)[0]]
+            source = nodes[producer(ref)[0]]
             node.input.append(ref)
             node.attr["SrcT"].type = (half if source.name in sixteen else tf.float32).as_datatype_enum
             node.attr["DstT"].type = to.as_datatype_enum
@@ -214,7 +214,7 @@ def rewrite_graph(
         for i, ref in enumerate(node.input):
             if ref.startswith("^"):
                 continue
-            name = _producer(ref)[0]
+            name = producer(ref)[0]
             if name not in nodes or not _is_float(nodes[name]):
                 continue
             source_sixteen = name in sixteen

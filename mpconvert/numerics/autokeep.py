@@ -59,7 +59,8 @@ def passes(validation: dict, thresholds: Thresholds) -> bool:
     return all(check.passed for check in validation_checks(validation, thresholds))
 
 
-def _reason(before: dict, after: dict) -> str:
+def search_reason(before: dict, after: dict) -> str:
+    """Why the search kept a layer or node: what it fixed, with the numbers."""
     if before.get("nonfinite_outputs"):  # on any output: the search fixed that first
         return f"accuracy-driven search: {before['nonfinite_outputs']} NaN/inf outputs -> {after['nonfinite_outputs']}"
     if before.get("drop") is not None and after.get("drop") is not None:
@@ -92,6 +93,6 @@ def keep_by_search(
     )
     if found.validation is None:
         return found, options
-    reason = _reason(before, found.validation)
+    reason = search_reason(before, found.validation)
     extra = tuple((names.get(name, name), reason) for name in found.kept)
     return found, dataclasses.replace(options, auto_keep=options.auto_keep + extra)

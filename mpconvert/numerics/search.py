@@ -118,6 +118,35 @@ def rank(
     return sorted(scores, key=lambda item: -item[1])
 
 
+def smallest_set(
+    order: list[str], trial: Callable[[list[str]], bool], out_of_time: Callable[[], bool]
+) -> tuple[list[str] | None, str]:
+    """(the fewest of `order` to keep so that `trial` passes, the outcome): steps 2 and 3 above.
+
+    `order` is most sensitive first; None when even MAX_SEARCH_SHARE of
+    them kept does not pass ("share"); "budget" when time ran out with a
+    passing set that may not be the smallest.
+    """
+    largest = max(1, int(len(order) * MAX_SEARCH_SHARE))
+    if not trial(order[:largest]):
+        return None, "share"
+    lo, hi = 0, largest  # keeping order[:hi] passes; order[:lo] does not (lo=0: the failing start)
+    while hi - lo > 1 and not out_of_time():
+        mid = (lo + hi) // 2
+        if trial(order[:mid]):
+            hi = mid
+        else:
+            lo = mid
+    kept = order[:hi]
+    for name in reversed(order[:hi]):
+        if out_of_time():
+            break
+        fewer = [k for k in kept if k != name]
+        if fewer and trial(fewer):
+            kept = fewer
+    return kept, "budget" if out_of_time() else "passed"
+
+
 def search(
     context: Context,
     plan: Plan,
@@ -131,51 +160,52 @@ def search(
 ) -> Search:
     """The smallest set of plan layers to keep float32 so that `verdict` passes."""
     started = time.perf_counter()
-    result = Search()
     candidates = list(plan.mixed)
     rows = [x[:256] for x in context.data.validation.inputs]
-    result.ranking = rank(context, mixed_model, candidates, rows, originals)
-    order = [name for name, _ in result.ranking]
-    validation_rows = context.data.validation
-    reference = predict(context.original, validation_rows.inputs)
+    ranking = rank(context, mixed_model, candidates, rows, originals)
 
+    def predict_keeping(kept: list[str]) -> list[np.ndarray]:
+        mixed = set(candidates) - set(kept)
+        model = rebuild_with(context.original, context.framework, config, model_class, plan, mixed, smoke)
+        return predict(model, context.data.validation.inputs)
+
+    reference = predict(context.original, context.data.validation.inputs)
+    return search_ranked(context, ranking, predict_keeping, reference, verdict, budget, started)
+
+
+def search_ranked(
+    context: Context,
+    ranking: list[tuple[str, float]],
+    predict_keeping: Callable[[list[str]], list[np.ndarray]],
+    reference: list[np.ndarray],
+    verdict: Verdict,
+    budget: float,
+    started: float,
+) -> Search:
+    """The search over any ranked units (Keras layers, graph nodes).
+
+    `predict_keeping(kept)` is the validation rows' outputs of the model
+    with `kept` float32 and every other unit in 16 bits; `reference` is the
+    float32 model's; `started` is when the search began (the ranking counts
+    against the budget).
+    """
+    result = Search(ranking=ranking)
     tried: dict[frozenset, bool] = {}
 
     def trial(kept: list[str]) -> bool:
         if frozenset(kept) in tried:  # the grow and prune steps can meet the same set
             return tried[frozenset(kept)]
-        mixed = set(candidates) - set(kept)
-        model = rebuild_with(context.original, context.framework, config, model_class, plan, mixed, smoke)
-        v = judge(context, reference, predict(model, validation_rows.inputs)).as_dict()
+        v = judge(context, reference, predict_keeping(kept)).as_dict()
         passed = tried[frozenset(kept)] = verdict(v)
         result.trials.append(
             {"kept": sorted(kept), "drop": v["drop"], "agreement": v["agreement"], "passed": passed, "v": v}
         )
         return passed
 
-    def out_of_time() -> bool:
-        return time.perf_counter() - started > budget
-
-    largest = max(1, int(len(order) * MAX_SEARCH_SHARE))
-    if not trial(order[:largest]):
-        result.outcome = "share"
-    else:
-        lo, hi = 0, largest  # keeping order[:hi] passes; order[:lo] does not (lo=0: the failing start)
-        while hi - lo > 1 and not out_of_time():
-            mid = (lo + hi) // 2
-            if trial(order[:mid]):
-                hi = mid
-            else:
-                lo = mid
-        kept = order[:hi]
-        for name in reversed(order[:hi]):
-            if out_of_time():
-                break
-            fewer = [k for k in kept if k != name]
-            if fewer and trial(fewer):
-                kept = fewer
+    order = [name for name, _ in ranking]
+    kept, result.outcome = smallest_set(order, trial, lambda: time.perf_counter() - started > budget)
+    if kept is not None:
         result.kept = kept
-        result.outcome = "budget" if out_of_time() else "passed"
         passing = [t for t in result.trials if t["passed"] and t["kept"] == sorted(kept)]
         result.validation = passing[-1]["v"] if passing else None
     result.seconds = time.perf_counter() - started

@@ -15,7 +15,7 @@ facts and the timer. TensorFlow and ONNX Runtime are imported by the
 functions that need them.
 """
 
-from .hardware import CPU_FEATURES, Gpu, Hardware, fast_units, probe_hardware, read_cpu, warning_for
+from .hardware import CPU_FEATURES, Gpu, Hardware, fast_units, probe_hardware, read_cpu, target_note, warning_for
 from .measure import SPEED_BATCH, PathSpeed, Speed, measure_onnx_speed, measure_speed, padding_cost
 from .memory import COMPUTED, activation_bytes, activation_memory
 from .timing import BUDGET_S, REPEATS, SPEED_PATHS, median_ms
@@ -40,5 +40,6 @@ __all__ = [
     "padding_cost",
     "probe_hardware",
     "read_cpu",
+    "target_note",
     "warning_for",
 ]

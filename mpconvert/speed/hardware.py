@@ -140,3 +140,9 @@ def warning_for(policy: str | Precision, hardware: Hardware | None = None) -> st
         f"{precision.name} may run slower than float32 here ({why}); the report's speed section "
         "gives the measured ratio, and `mpconvert doctor` measures this machine"
     )
+
+
+def target_note(precision: Precision) -> str | None:
+    """Said beside the speed figures when this machine lacks the units the policy is for."""
+    fast, why = fast_units(probe_hardware(), precision.compute_dtype)
+    return None if fast is not False else f"this machine's figure, not the target's ({why})"

@@ -63,12 +63,19 @@ def fetch(outputs: Any) -> None:
 
 
 def path_runner(path: str, model: Any, signature: Signature, feeds: list) -> Callable[[], None]:
-    """One call of `model` on `feeds` through `path`, traced once."""
+    """One call of `model` on `feeds` through `path`, traced once.
+
+    A graph-level model (graph.model.GraphModel) runs one way whatever the
+    path: its imported serving graph, which its exported SavedModel serves.
+    """
     import tensorflow as tf
 
     from ..artifacts import input_specs, serving_fn
+    from ..graph.model import GraphModel
 
-    if path == "keras":
+    if isinstance(model, GraphModel):
+        fn = model.serving
+    elif path == "keras":
         fn = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
     elif path == "savedmodel":
         # What the exported SavedModel's signature runs, traced in memory:
