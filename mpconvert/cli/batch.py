@@ -186,12 +186,17 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
         raise click.UsageError("several roots: give --out for the merged batch.json")
 
     def action() -> int:
-        from ..batch.results import BATCH_NAME, merge
+        from ..batch.results import BATCH_NAME, merge, read_batch
         from ..batch.shards import missing_shards, summaries_in
-        from ..batch.storage import open_root
+        from ..batch.storage import is_url, open_root
         from ..errors import MpconvertError
 
-        summaries = [s for root in roots for s in summaries_in(open_root(root))]
+        def given(root: str) -> list[dict]:  # a root (folder or URL), or a batch.json file itself
+            return (
+                [read_batch(Path(root))] if not is_url(root) and Path(root).is_file() else summaries_in(open_root(root))
+            )
+
+        summaries = [s for root in roots for s in given(root)]
         missing = missing_shards(summaries)
         if missing:
             raise MpconvertError(
@@ -199,7 +204,9 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
                 hint="run them (with --resume they redo nothing finished), then merge again",
             )
         merged = merge(summaries)
-        target = open_root(out or roots[0])
+        target = open_root(
+            out or (roots[0] if is_url(roots[0]) or not Path(roots[0]).is_file() else Path(roots[0]).parent)
+        )
         target.write_batch(BATCH_NAME, merged)
         outputs.emit(merged, target.path(BATCH_NAME), batch_renderings())
         return merged["exit_code"]
