@@ -23,7 +23,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -91,7 +91,6 @@ class RemoteRoot:
     fs: Any  # an fsspec file system
     base: str  # the root's path on it, without the protocol
     local: Path
-    _listed: set[str] = field(default_factory=set)
 
     @property
     def label(self) -> str:

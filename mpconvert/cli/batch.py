@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from ..batch.shards import Shard
 
 from .flags import conversion_flags, debug_option, gate_flags, output_flags, policy_option, quiet_option
 from .outputs import Outputs, Renderings
@@ -151,7 +155,8 @@ def batch_command(
     sys.exit(run_action(debug, action))
 
 
-def _shard(shard: str | None, shards: int | None):
+def _shard(shard: str | None, shards: int | None) -> Shard | None:
+    """This run's shard: --shard I/N, or --shard auto from the scheduler's variables; None unsharded."""
     import os
 
     from ..batch.shards import Shard, parse_shard, shard_from_environment
@@ -204,9 +209,9 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
                 hint="run them (with --resume they redo nothing finished), then merge again",
             )
         merged = merge(summaries)
-        target = open_root(
-            out or (roots[0] if is_url(roots[0]) or not Path(roots[0]).is_file() else Path(roots[0]).parent)
-        )
+        first = roots[0]
+        home = Path(first).parent if not is_url(first) and Path(first).is_file() else first
+        target = open_root(out or home)
         target.write_batch(BATCH_NAME, merged)
         outputs.emit(merged, target.path(BATCH_NAME), batch_renderings())
         return merged["exit_code"]
