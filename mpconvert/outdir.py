@@ -126,15 +126,18 @@ def _lock(out: Path) -> int:
     )
 
 
-def _take(path: Path, out: Path, shared: bool, in_use: Callable[[str], MpconvertError]) -> int:
-    """An fd holding a flock on `path` (shared, or exclusive with our pid written in), or `in_use(owner)`."""
+def _take(path: Path, out: Path, shared: bool, in_use: Callable[[str], MpconvertError], wait: bool = False) -> int:
+    """An fd holding a flock on `path` (shared, or exclusive with our pid written in), or `in_use(owner)`.
+
+    With `wait`, a held lock is waited for instead of refused.
+    """
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
             raise _unwritable(out.parent, exc) from None
         try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if wait else fcntl.LOCK_NB))
         except OSError as exc:
             owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
@@ -247,6 +250,22 @@ def claimed_root(root: Path, shard: tuple[int, int] | None = None) -> Iterator[P
         _remove_created(created)
         raise
     for path, fd in reversed(held):
+        _release(path, fd)
+
+
+@contextlib.contextmanager
+def merge_lock(root: Path) -> Iterator[None]:
+    """Held while a shard of `root` checks whether it finished last and writes the combined batch.json.
+
+    Waited for, not refused: the check takes a moment, and the shard that
+    waits must see the summary of the one before it.
+    """
+    root = Path(root).absolute()
+    path = _lock_path(root, ".merge")
+    fd = _take(path, root, shared=False, in_use=lambda owner: MpconvertError(f"{path} is held"), wait=True)
+    try:
+        yield
+    finally:
         _release(path, fd)
 
 

@@ -181,7 +181,12 @@ def test_two_shards_merge_into_the_unsharded_summary(full_run, zoo, tmp_path):
     for i in (1, 2):
         proc = batch(zoo / "zoo.toml", "--out", tmp_path / f"shard{i}", "--shard", f"{i}/2", "--jobs", "1", cwd=zoo)
         assert proc.returncode in (0, 1, 3), proc.stderr
-    shard_models = [json.loads((tmp_path / f"shard{i}" / "batch.json").read_text())["models"] for i in (1, 2)]
+    # A shard's own summary; no root holds all the shards, so none wrote a combined batch.json.
+    shard_models = [
+        json.loads((tmp_path / f"shard{i}" / "shards" / f"{i}-of-2" / "batch.json").read_text())["models"]
+        for i in (1, 2)
+    ]
+    assert not any((tmp_path / f"shard{i}" / "batch.json").exists() for i in (1, 2))
     assert shard_models[0] and shard_models[1]
     assert not {m["folder"] for m in shard_models[0]} & {m["folder"] for m in shard_models[1]}
     proc = run("batch-merge", tmp_path / "shard1", tmp_path / "shard2", "--out", tmp_path / "merged", "--json")

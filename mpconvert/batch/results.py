@@ -136,7 +136,10 @@ def exit_code(items: list[dict]) -> int:
     return EXIT_GATE if "gate_failed" in statuses else EXIT_OK
 
 
-def finish(root: Path, items: list[dict], elapsed: float, options: Any, workers: int, baseline: dict | None) -> dict:
+def finish(
+    root: str, items: list[dict], elapsed: float, options: Any, workers: int, baseline: dict | None, finished: bool
+) -> dict:
+    """batch.json's content; `finished` once every job of the run (or shard) has its outcome."""
     # In folder order, the same whatever the order of finishing or the sharding.
     items = sorted(items, key=lambda m: m["folder"])
     if baseline:
@@ -145,6 +148,8 @@ def finish(root: Path, items: list[dict], elapsed: float, options: Any, workers:
         "schema_version": SCHEMA_VERSION,
         "root": str(root),
         "shard": list(options.shard) if options.shard else None,
+        "shard_source": options.shard_source,
+        "finished": finished,
         "jobs": workers,
         "models": items,
         "totals": totals(items, elapsed),
@@ -162,27 +167,45 @@ def read_batch(path: Path) -> dict:
     if path.is_dir():
         path = path / BATCH_NAME
     try:
-        summary = json.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise MpconvertError(f"{path} not found", hint="give a batch output root or its batch.json") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise MpconvertError(
             f"cannot read {path} ({exc})", hint="give the batch.json an mpconvert batch wrote"
         ) from None
+    return parse_batch(text, path)
+
+
+def parse_batch(text: str, where: str | Path) -> dict:
+    """A batch.json's content, checked to be one (read from a file or from object storage)."""
+    try:
+        summary = json.loads(text)
+    except ValueError as exc:
+        raise MpconvertError(
+            f"cannot read {where} ({exc})", hint="give the batch.json an mpconvert batch wrote"
+        ) from None
     if not isinstance(summary, dict) or not isinstance(summary.get("models"), list):
         raise MpconvertError(
-            f"{path} is not an mpconvert batch.json", hint="give the batch.json an mpconvert batch wrote"
+            f"{where} is not an mpconvert batch.json", hint="give the batch.json an mpconvert batch wrote"
         )
-    check_version(summary, "batch summary", path, "give the batch.json an mpconvert batch of this version wrote")
+    check_version(summary, "batch summary", where, "give the batch.json an mpconvert batch of this version wrote")
     return summary
 
 
 def merge(summaries: list[dict]) -> dict:
-    """One summary from the shards' batch.json files, as if one run had done it all."""
+    """One summary from the shards' batch.json files, as if one run had done it all.
+
+    Shards that shared one root merge into that root's summary; shards of
+    separate roots keep each model's root.
+    """
+    roots = {s["root"] for s in summaries}
+    shared = len(roots) == 1
     items: dict[str, dict] = {}
     for summary in summaries:
         for item in summary["models"]:
-            item = {**item, "root": item.get("root", summary["root"])}
+            if not shared:
+                item = {**item, "root": item.get("root", summary["root"])}
             known = items.get(item["folder"])
             if known and known["key"] != item["key"]:
                 raise MpconvertError(
@@ -195,8 +218,10 @@ def merge(summaries: list[dict]) -> dict:
     elapsed = max((s["totals"]["elapsed_seconds"] for s in summaries), default=0.0)
     return {
         "schema_version": SCHEMA_VERSION,
-        "root": None,
+        "root": next(iter(roots)) if shared else None,
         "shard": None,
+        "shard_source": None,
+        "finished": all(s.get("finished", True) for s in summaries),
         "shards": [s["root"] for s in summaries],
         "jobs": sum(s["jobs"] for s in summaries),
         "models": merged,

@@ -5,6 +5,10 @@ single-model command writes, plus `batch_result.json` holding the key), and
 `ROOT/batch.json` lists every job's outcome. `batch.json` is rewritten after
 each job, so a killed batch leaves the record of what it finished; `--resume`
 trusts only the result folders and their keys, so nothing partial is reused.
+A shard writes its own summary instead, and the last shard of a root to
+finish writes the combined batch.json (shards.py). The root may be in
+object storage: the runner then works in a local staging folder that
+storage.py keeps in step with it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from ..outdir import claimed_root, clear_dead_run
 from ..writing import writing
 from .key import job_key
 from .manifest import Job
-from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry, write_batch
+from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
+from .shards import combine_if_last, shard_summary_name
+from .storage import Root, open_root
 from .worker import RESULT_NAME
 
 _WORK = ".mpconvert-batch"  # specs, results and logs of running workers, under the root
@@ -40,12 +46,13 @@ _MEMORY_PER_JOB = 3 << 30
 
 @dataclass(frozen=True)
 class BatchOptions:
-    root: Path
+    root: Path | str  # a folder, or a URL of object storage (s3://bucket/prefix)
     jobs: int | None = None  # None: default_jobs()
     timeout: float | None = None  # seconds per job
     resume: bool = False
     force: bool = False
     shard: tuple[int, int] | None = None  # (I, N), I from 1
+    shard_source: str | None = None  # why this shard: "--shard 1/4", or the scheduler's variables
     baseline: Path | None = None  # an earlier batch.json
     max_regression: float = 0.0
 
@@ -56,17 +63,6 @@ def default_jobs() -> int:
     memory = available_memory()
     by_memory = max(1, memory // _MEMORY_PER_JOB) if memory else cores
     return max(1, min(cores, by_memory))
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    index, sep, count = text.partition("/")
-    try:
-        i, n = int(index), int(count)
-    except ValueError:
-        i = n = 0
-    if not sep or n < 1 or not 1 <= i <= n:
-        raise MpconvertError(f"--shard {text!r} is not I/N with 1 <= I <= N", hint="e.g. --shard 1/4 ... --shard 4/4")
-    return i, n
 
 
 def shard_of(jobs: list[Job], index: int, count: int) -> list[Job]:
@@ -97,11 +93,12 @@ def _complete(root: Path, job: Job, key: str) -> dict | None:
     return report if stamp.get("key") == key else None
 
 
-def _refuse_existing(root: Path, jobs: list[Job]) -> None:
+def _refuse_existing(store: Root, jobs: list[Job]) -> None:
+    root = store.local
     taken = [job.folder for job in jobs if (root / job.folder).is_dir() and any((root / job.folder).iterdir())]
     if taken:
         raise MpconvertError(
-            f"{root} already holds results for {', '.join(taken[:5])}" + (" and more" if len(taken) > 5 else ""),
+            f"{store.label} already holds results for {', '.join(taken[:5])}" + (" and more" if len(taken) > 5 else ""),
             hint="pass --resume to keep results whose inputs are unchanged, --force to convert again, "
             "or choose another --out",
         )
@@ -117,8 +114,25 @@ class _Running:
     started: float
 
 
+@dataclass(frozen=True)
+class BatchRun:
+    """What a batch (or one shard of it) ends with."""
+
+    summary: dict  # this run's batch.json content: the whole batch's, or this shard's
+    combined: dict | None  # a shard that finished last: the root's combined batch.json
+    waiting: list[str]  # a shard that did not: the shards ("2/4") not finished yet
+    path: str  # where `summary` (or `combined`) was written
+
+    @property
+    def result(self) -> dict:
+        """The summary that speaks for the batch now: the combined one once there is one."""
+        return self.combined or self.summary
+
+
 class _Runner:
-    def __init__(self, root: Path, options: BatchOptions, on_event: Callable[[str, Job, dict | None], None]):
+    def __init__(self, store: Root, options: BatchOptions, on_event: Callable[[str, Job, dict | None], None]):
+        self.store = store
+        root = store.local
         self.root = root
         self.options = options
         self.on_event = on_event
@@ -197,6 +211,8 @@ class _Runner:
         clear_dead_run(self.root / run.job.folder)
 
     def _done(self, run: _Running, item: dict) -> None:
+        if item["status"] in ("passed", "gate_failed"):
+            self.store.publish_result(run.job.folder)
         self.running.remove(run)
         self.entries.append(item)
         self.on_event("finished", run.job, item)
@@ -234,27 +250,41 @@ def _crash_message(code: int, log: Path) -> str:
 
 def run_batch(
     jobs: list[Job], options: BatchOptions, on_event: Callable[[str, Job, dict | None], None] = lambda *a: None
-) -> dict:
-    """Convert every job (this shard's), each in its own process; returns batch.json's content.
+) -> BatchRun:
+    """Convert every job (this shard's), each in its own process.
 
     The root (or this shard's part of it) is claimed first, before anything
     in it is read or removed: a second batch of the same root fails at once
-    and leaves the first one's workers alone.
+    and leaves the first one's workers alone. For a root in object storage,
+    the claim is on its local staging folder: it keeps one machine from
+    running a shard twice; the scheduler keeps machines from doing so.
     """
-    root = Path(options.root).absolute()
+    store = open_root(options.root)
     if options.shard:
         jobs = shard_of(jobs, *options.shard)
     baseline = read_batch(options.baseline) if options.baseline else None
-    with claimed_root(root, options.shard):
-        return _run_claimed(root, jobs, options, on_event, baseline)
+    try:
+        with claimed_root(store.local, options.shard):
+            summary = _run_claimed(store, jobs, options, on_event, baseline)
+    finally:
+        store.close()
+    if not options.shard:
+        return BatchRun(summary, None, [], store.path(BATCH_NAME))
+    combined, waiting = combine_if_last(store, options.shard[1])
+    where = BATCH_NAME if combined else shard_summary_name(*options.shard)
+    return BatchRun(summary, combined, waiting, store.path(where))
 
 
-def _run_claimed(root: Path, jobs: list[Job], options: BatchOptions, on_event: Callable, baseline: dict | None) -> dict:
-    if not options.resume and not options.force:
-        _refuse_existing(root, jobs)
+def _run_claimed(
+    store: Root, jobs: list[Job], options: BatchOptions, on_event: Callable, baseline: dict | None
+) -> dict:
+    root = store.local
     with writing(root, "the batch root"):
         root.mkdir(parents=True, exist_ok=True)
-    runner = _Runner(root, options, on_event)
+    store.fetch_results([job.folder for job in jobs])
+    if not options.resume and not options.force:
+        _refuse_existing(store, jobs)
+    runner = _Runner(store, options, on_event)
     shutil.rmtree(runner.work, ignore_errors=True)
     with writing(runner.work, "the batch's work folder"):
         runner.work.mkdir()
@@ -270,10 +300,12 @@ def _run_claimed(root: Path, jobs: list[Job], options: BatchOptions, on_event: C
         else:
             pending.append((job, key))
     workers = options.jobs or default_jobs()
+    name = shard_summary_name(*options.shard) if options.shard else BATCH_NAME
 
-    def record() -> dict:
-        summary = finish(root, runner.entries, time.monotonic() - started, options, workers, baseline)
-        write_batch(root / BATCH_NAME, summary)
+    def record(finished: bool = False) -> dict:
+        elapsed = time.monotonic() - started
+        summary = finish(store.label, runner.entries, elapsed, options, workers, baseline, finished)
+        store.write_batch(name, summary)
         return summary
 
     try:
@@ -292,4 +324,4 @@ def _run_claimed(root: Path, jobs: list[Job], options: BatchOptions, on_event: C
         raise
     finally:
         shutil.rmtree(runner.work, ignore_errors=True)
-    return record()
+    return record(finished=True)

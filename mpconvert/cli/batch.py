@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from ..batch.shards import Shard
 
 from .flags import conversion_flags, debug_option, gate_flags, output_flags, policy_option, quiet_option
 from .outputs import Outputs, Renderings
@@ -34,9 +38,10 @@ def batch_renderings() -> Renderings:
 @click.option(
     "--out",
     "root",
-    type=click.Path(path_type=Path),
+    metavar="ROOT|URL",
     required=True,
-    help="Output root: one folder per model and policy, and batch.json.",
+    help="Output root: one folder per model and policy, and batch.json; a folder, or s3://bucket/prefix "
+    "(pip install mpconvert[s3]).",
 )
 @policy_option
 @click.option(
@@ -56,7 +61,15 @@ def batch_renderings() -> Renderings:
 )
 @click.option("--force", is_flag=True, help="Convert again into an output root that holds results.")
 @click.option(
-    "--shard", metavar="I/N", help="Convert only shard I of N (balanced by model size), for N machines or CI jobs."
+    "--shard",
+    metavar="I/N|auto",
+    help="Convert only shard I of N (balanced by model size), for N machines or CI jobs; auto: I and N from "
+    "the scheduler (JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID, MPCONVERT_SHARD).",
+)
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    help="The number of shards, for --shard auto where the scheduler gives only the index (Kubernetes).",
 )
 @click.option(
     "--baseline",
@@ -84,6 +97,7 @@ def batch_command(
     resume,
     force,
     shard,
+    shards,
     baseline,
     max_regression,
     conversion,
@@ -102,9 +116,10 @@ def batch_command(
 
     def action() -> int:
         from ..batch.manifest import folder_jobs, load_manifest
-        from ..batch.runner import BatchOptions, parse_shard, run_batch
+        from ..batch.runner import BatchOptions, run_batch
         from ..render import BatchProgress
 
+        chosen = _shard(shard, shards)
         given = {**conversion, **({"policy": policy} if policy else {})}
         jobs_list = folder_jobs(source, given) if source.is_dir() else load_manifest(source, given)
         options = BatchOptions(
@@ -113,39 +128,92 @@ def batch_command(
             timeout=timeout,
             resume=resume,
             force=force,
-            shard=parse_shard(shard) if shard else None,
+            shard=(chosen.index, chosen.count) if chosen else None,
+            shard_source=chosen.source if chosen else None,
             baseline=baseline,
             max_regression=max_regression,
         )
+        if chosen and not quiet:
+            click.echo(f"shard {chosen.index}/{chosen.count} from {chosen.source}", err=True)
         try:
             with BatchProgress(quiet or outputs.stdout_taken, total=len(jobs_list)) as progress:
-                result = run_batch(jobs_list, options, progress.event)
+                run = run_batch(jobs_list, options, progress.event)
         except KeyboardInterrupt as exc:
-            click.echo(f"interrupted: workers stopped; {root / 'batch.json'} records what finished", err=True)
+            click.echo("interrupted: workers stopped; the batch summary records what finished", err=True)
             return getattr(exc, "exit_code", 130)
-        outputs.emit(result, root / "batch.json", batch_renderings())
-        return result["exit_code"]
+        if run.combined and not quiet:
+            click.echo(f"shard {chosen.index}/{chosen.count} finished last: {run.path} combines all shards", err=True)
+        outputs.emit(run.result, run.path, batch_renderings())
+        if run.waiting and not quiet:
+            click.echo(
+                f"shard {chosen.index}/{chosen.count} finished; waiting for shard(s) {', '.join(run.waiting)}: "
+                "the last to finish writes the combined batch.json (or run mpconvert batch-merge ROOT)",
+                err=True,
+            )
+        return run.result["exit_code"]
 
     sys.exit(run_action(debug, action))
 
 
+def _shard(shard: str | None, shards: int | None) -> Shard | None:
+    """This run's shard: --shard I/N, or --shard auto from the scheduler's variables; None unsharded."""
+    import os
+
+    from ..batch.shards import Shard, parse_shard, shard_from_environment
+    from ..errors import MpconvertError
+
+    if shard == "auto":
+        return shard_from_environment(os.environ, shards)
+    if shard is None:
+        if shards:
+            raise click.UsageError("--shards N goes with --shard auto")
+        return None
+    index, count = parse_shard(shard)
+    if shards and shards != count:
+        raise MpconvertError(f"--shard {shard} and --shards {shards} disagree", hint="give one of them")
+    return Shard(index, count, f"--shard {shard}")
+
+
 @click.command("batch-merge", epilog=BATCH_EXIT_HELP)
-@click.argument("roots", metavar="ROOT...", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Folder for the merged batch.json.")
+@click.argument("roots", metavar="ROOT...", nargs=-1, required=True)
+@click.option(
+    "--out",
+    metavar="DIR|URL",
+    help="Where to write the merged batch.json [default: the root, when one shared root is given].",
+)
 @output_flags("batch summary")
 @quiet_option
 @debug_option
 def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
-    """Combine the batch.json of shards (--shard I/N runs) into one summary and exit code."""
+    """Combine the shards of a batch into one summary and exit code: one root they shared, or a root per shard."""
     outputs = Outputs(junit, summary, as_json, quiet)
+    if out is None and len(roots) > 1:
+        raise click.UsageError("several roots: give --out for the merged batch.json")
 
     def action() -> int:
-        from ..batch.results import BATCH_NAME, merge, read_batch, write_batch
+        from ..batch.results import BATCH_NAME, merge, read_batch
+        from ..batch.shards import missing_shards, summaries_in
+        from ..batch.storage import is_url, open_root
+        from ..errors import MpconvertError
 
-        merged = merge([read_batch(root) for root in roots])
-        out.mkdir(parents=True, exist_ok=True)
-        write_batch(out / BATCH_NAME, merged)
-        outputs.emit(merged, out / BATCH_NAME, batch_renderings())
+        def given(root: str) -> list[dict]:  # a root (folder or URL), or a batch.json file itself
+            return (
+                [read_batch(Path(root))] if not is_url(root) and Path(root).is_file() else summaries_in(open_root(root))
+            )
+
+        summaries = [s for root in roots for s in given(root)]
+        missing = missing_shards(summaries)
+        if missing:
+            raise MpconvertError(
+                f"shard(s) {', '.join(missing)} have not finished (or are not in {', '.join(roots)})",
+                hint="run them (with --resume they redo nothing finished), then merge again",
+            )
+        merged = merge(summaries)
+        first = roots[0]
+        home = Path(first).parent if not is_url(first) and Path(first).is_file() else first
+        target = open_root(out or home)
+        target.write_batch(BATCH_NAME, merged)
+        outputs.emit(merged, target.path(BATCH_NAME), batch_renderings())
         return merged["exit_code"]
 
     sys.exit(run_action(debug, action))

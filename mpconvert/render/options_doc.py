@@ -42,7 +42,7 @@ These are not conversion options (the API has its own way to say them):
 | `--debug` | every command | show tracebacks and framework logs |
 | `--version`, `--help` | `mpconvert` | the installed version; the options of a command (`mpconvert COMMAND --help`) |
 
-`batch`'s own flags (`--jobs`, `--timeout`, `--resume`, `--shard`, and its
+`batch`'s own flags (`--jobs`, `--timeout`, `--resume`, `--shard`, `--shards`, and its
 `--baseline`, a batch.json) are in [batch.md](batch.md).
 """
 
