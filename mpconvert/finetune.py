@@ -67,9 +67,28 @@ class Finetune:
     # Several outputs: {output name: {metric, before, after}} for each labelled one
     # (the fields above are the first's); None for one output.
     outputs: dict | None = None
+    # The loss (and loss scale) over the steps, for report.html's chart:
+    # {step: [...], loss: [...], loss_scale: [...] or None}, at most HISTORY_POINTS steps.
+    history: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+# Enough points for a chart, few enough that a 10,000-step fine-tune keeps report.json small.
+HISTORY_POINTS = 200
+
+
+def history_of(losses: list[float], scales: list[float]) -> dict:
+    """Every step's loss (and scale), thinned evenly to HISTORY_POINTS with the last step always in."""
+    count = len(losses)
+    stride = max(1, -(-count // HISTORY_POINTS))
+    picked = sorted({*range(0, count, stride), count - 1}) if count else []
+    return {
+        "step": [i + 1 for i in picked],
+        "loss": [float(losses[i]) if np.isfinite(losses[i]) else None for i in picked],
+        "loss_scale": [float(scales[i]) for i in picked] if len(scales) == count else None,
+    }
 
 
 def default_loss(task: Task) -> str:
@@ -361,4 +380,5 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
             if len(names) > 1
             else None
         ),
+        history=history_of(losses, scales),
     )

@@ -113,10 +113,15 @@ class Report:
         return {"schema_version": SCHEMA_VERSION, "passed": gate.passed, **self._body(), "gate": gate.as_dict()}
 
     def write(self, folder: Path) -> Path:
+        """report.json and, beside it, report.html (the same JSON form, rendered)."""
+        from .render.html import REPORT_HTML, write_report_page
+
         path = folder / REPORT_NAME
+        stored = self.as_dict()
         # allow_nan=False: a NaN in the report would make it invalid JSON for
         # every strict parser a CI system uses; `json_safe` made them null.
-        write_text(path, json.dumps(self.as_dict(), indent=2, allow_nan=False) + "\n", "the report")
+        write_text(path, json.dumps(stored, indent=2, allow_nan=False) + "\n", "the report")
+        write_report_page(stored, folder / REPORT_HTML)
         return path
 
 

@@ -352,6 +352,10 @@ def test_a_task_killed_with_sigkill_and_retried_redoes_nothing_it_finished(zoo, 
     stored = objects(fs, "zoo-bucket/killed")
     assert fs.info("zoo-bucket/killed/cancer_mlp/mixed_bfloat16/report.json")["ETag"] == etag
     assert whole_results(stored) == set(m["folder"] for m in combined["models"])
+    # The bucket's page links each model's report.html, uploaded with its folder.
+    links = re.findall(r'<a href="([^"]+)">', stored["index.html"].decode())
+    assert sorted(links) == sorted(f"{m['folder']}/report.html" for m in combined["models"])
+    assert all(link in stored for link in links)
     assert_no_secret([err2, out, err], stored, tmp_path)
 
 

@@ -30,7 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import MpconvertError, first_line
 from ..outdir import merge_lock
-from .results import parse_batch, read_batch, write_batch
+from ..render.html import INDEX_HTML, batch_page, write_batch_page
+from .results import BATCH_NAME, parse_batch, read_batch, write_batch
 from .worker import RESULT_NAME
 
 _EXTRA_HINT = "pip install mpconvert[s3] (fsspec and s3fs; for gs:// and others also their fsspec package, e.g. gcsfs)"
@@ -69,6 +70,8 @@ class LocalRoot:
 
     def write_batch(self, relative: str, summary: dict) -> None:
         write_batch(self.local / relative, summary)
+        if relative == BATCH_NAME:  # the root's own summary gets the page people open
+            write_batch_page(summary, self.local)
 
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return merge_lock(self.local)
@@ -144,6 +147,8 @@ class RemoteRoot:
         # One PUT: readers see the old object or the new one.
         with self._calling("write"):
             self.fs.pipe_file(self._remote(relative), (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode())
+            if relative == BATCH_NAME:
+                self.fs.pipe_file(self._remote(INDEX_HTML), batch_page(summary, self.local).encode())
 
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()  # see shards.py: the merge is the same bytes whoever writes it

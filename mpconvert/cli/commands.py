@@ -146,9 +146,15 @@ def inspect_command(model, policy, debug, **keywords):
 @click.argument("report_file", metavar="REPORT", type=click.Path(path_type=Path))
 @gate_flags(stored=True)
 @output_flags()
+@click.option(
+    "--html",
+    "html",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the re-checked report as one self-contained HTML page (what report.html shows).",
+)
 @quiet_option
 @debug_option
-def check_command(report_file, junit, summary, as_json, quiet, debug, **thresholds):
+def check_command(report_file, junit, summary, as_json, html, quiet, debug, **thresholds):
     """Re-apply the gate to REPORT (an earlier run's report.json) without converting.
 
     Thresholds not given keep the values stored in the report. REPORT is
@@ -162,6 +168,10 @@ def check_command(report_file, junit, summary, as_json, quiet, debug, **threshol
         from ..stored import read_report
 
         report = recheck(read_report(report_file), gate_options(**thresholds))
+        if html:
+            from ..render.html import write_report_page
+
+            write_report_page(report.as_dict(), html)
         outputs.emit(report.as_dict(), report_file)
         return report.exit_code
 

@@ -126,6 +126,9 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
         console.print(f"  {mark} {check['name']}: {escape(check['message'])}")
     if report_path:
         console.print(f"  report: {report_path}")
+        page = Path(report_path).with_name("report.html")
+        if page.is_file():
+            console.print(f"  page: {page}")
     if gate["passed"]:
         console.print("[bold green]PASSED[/]")
     else:

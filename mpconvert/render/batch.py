@@ -75,6 +75,9 @@ def render_batch(summary: dict, stream: IO[str] | None = None, path: Path | None
     console.print("  " + batch_totals_line(summary))
     if path:
         console.print(f"  batch: {path}")
+        page = Path(str(path)).with_name("index.html")
+        if "://" not in str(path) and page.is_file():
+            console.print(f"  page: {page}")
     verdict = {0: "[bold green]PASSED[/]", 3: "[bold red]FAILED[/] (exit code 3: gate)"}
     console.print(verdict.get(summary["exit_code"], "[bold red]FAILED[/] (exit code 1: errors or timeouts)"))
 

@@ -1,0 +1,373 @@
+"""report.html and a batch's index.html: one self-contained page each, from the JSON mpconvert wrote.
+
+The pages render a report's (or batch.json's) JSON form, like every other
+rendering here, so `mpconvert check --html` on an old report.json shows what
+the run showed. Jinja2 templates with autoescaping (model and layer names
+are user data); the charts are inline SVG whose geometry is worked out here,
+so the templates only place shapes. No network: no scripts, fonts or images
+from elsewhere, and the pages read the same without JavaScript (the batch
+page's sorting is the only script).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jinja2 import ChainableUndefined, Environment, PackageLoader
+
+from ..gate import ACCURACY, PARITY, layer_counts
+from ..writing import replace_atomically
+from . import describe_source, parity_limits, speed_line
+from .common import format_bytes, format_number
+
+REPORT_HTML = "report.html"
+INDEX_HTML = "index.html"
+
+_environment: Environment | None = None
+
+
+def _templates() -> Environment:
+    global _environment
+    if _environment is None:
+        _environment = Environment(
+            loader=PackageLoader("mpconvert.render", "templates"),
+            autoescape=True,
+            # Reports from older runs or other paths lack some fields: those render empty.
+            undefined=ChainableUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        _environment.filters.update(number=format_number, size=format_bytes, percent=_percent, value=_value)
+    return _environment
+
+
+def _percent(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}%}"
+
+
+def _value(value: Any) -> str:
+    """A check's value, compact: 0.0140, 3, none, or a short list."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_value(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return "; ".join(f"{k} {_value(v)}" for k, v in value.items()) or "none"
+    return str(value)
+
+
+# --- charts: geometry for the templates' SVG ----------------------------------------
+
+
+@dataclass
+class Chart:
+    """A horizontal bar chart or a line chart, in SVG user units."""
+
+    title: str
+    width: int
+    height: int
+    bars: list[dict] = field(default_factory=list)  # x, y, w, h, label, text, kind
+    lines: list[dict] = field(default_factory=list)  # x1, y1, x2, y2, label, kind
+    paths: list[dict] = field(default_factory=list)  # points, label, kind (a polyline)
+    labels: list[dict] = field(default_factory=list)  # x, y, text, anchor
+
+
+_LABEL_W, _BAR_W, _TEXT_W, _ROW = 190, 360, 90, 22
+
+
+def bar_chart(
+    title: str, rows: list[tuple[str, float | None, str]], reference: tuple[float, str] | None = None
+) -> Chart:
+    """One bar per (label, value, kind); a dashed line at `reference` (value, label), e.g. float32's 1.0x."""
+    values = [v for _, v, _ in rows if v is not None and math.isfinite(v)]
+    top = max([*values, reference[0] if reference else 0.0, 1e-12]) * 1.1
+    chart = Chart(title, _LABEL_W + _BAR_W + _TEXT_W, len(rows) * _ROW + 30)
+    for i, (label, value, kind) in enumerate(rows):
+        y = 8 + i * _ROW
+        known = value is not None and math.isfinite(value)
+        w = max(1.0, _BAR_W * max(value, 0.0) / top) if known else 0.0
+        text = f"{value:.4g}" if known else "n/a"
+        chart.bars.append(
+            {"x": _LABEL_W, "y": y, "w": round(w, 1), "h": _ROW - 6, "label": label, "text": text, "kind": kind}
+        )
+    if reference:
+        x = round(_LABEL_W + _BAR_W * reference[0] / top, 1)
+        chart.lines.append(
+            {"x1": x, "y1": 2, "x2": x, "y2": len(rows) * _ROW + 8, "label": reference[1], "kind": "ref"}
+        )
+    return chart
+
+
+def metric_charts(report: dict, budgets: dict[str | None, float | None]) -> list[Chart]:
+    """Per scored output: float32's and the converted metric, and the worst value its budget allows."""
+    v = report["validation"]
+    outputs = [o for o in v.get("outputs") or [] if o["metric"] is not None]
+    scored = [(o["name"], o) for o in outputs] or ([(None, v)] if v["metric"] is not None else [])
+    charts = []
+    for name, o in scored:
+        budget = budgets.get(name, budgets.get(None))
+        limit = None
+        if budget is not None and o["reference"] is not None:
+            # accuracy may fall by the budget, mse may rise by it (validate.worse_by)
+            limit = o["reference"] - budget if o["metric"] == "accuracy" else o["reference"] + budget
+        rows = [("float32", o["reference"], "before"), (report["policy"], o["converted"], "after")]
+        where = f"output {name}: " if name else ""
+        title = f"{where}{o['metric']} before and after" + (f" (budget {budget:g})" if budget is not None else "")
+        reference = (limit, f"limit {limit:.4g}") if limit is not None and limit > 0 else None
+        charts.append(bar_chart(title, rows, reference))
+    return charts
+
+
+def line_chart(title: str, xs: list[int], ys: list[float | None], kind: str, log: bool = False) -> Chart | None:
+    """A polyline of ys over xs (steps); gaps where a value is not finite. None with under two points."""
+    points = [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y) and (y > 0 or not log)]
+    if len(points) < 2:
+        return None
+    width, height, left, bottom = 640, 180, 70, 24
+    values = [math.log10(y) if log else y for _, y in points]
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    x0, x1 = points[0][0], points[-1][0]
+    xspan = (x1 - x0) or 1
+
+    def at(x: float, value: float) -> tuple[float, float]:
+        px = left + (width - left - 10) * (x - x0) / xspan
+        py = 10 + (height - bottom - 10) * (1 - (value - low) / span)
+        return round(px, 1), round(py, 1)
+
+    chart = Chart(title, width, height)
+    text = (lambda value: f"{10**value:g}") if log else (lambda value: f"{value:.4g}")
+    chart.paths.append(
+        {
+            "points": " ".join(f"{px},{py}" for px, py in (at(x, v) for (x, _), v in zip(points, values))),
+            "label": title,
+            "kind": kind,
+        }
+    )
+    for value in (high, low):
+        _, py = at(x0, value)
+        chart.labels.append({"x": left - 6, "y": py + 4, "text": text(value), "anchor": "end"})
+    for x in (x0, x1):
+        px, _ = at(x, low)
+        chart.labels.append({"x": px, "y": height - 6, "text": f"step {x}", "anchor": "middle"})
+    chart.lines.append(
+        {"x1": left, "y1": height - bottom, "x2": width - 10, "y2": height - bottom, "label": "", "kind": "axis"}
+    )
+    return chart
+
+
+# --- the conversion report ------------------------------------------------------
+
+
+def _budgets(gate: dict) -> dict[str | None, float | None]:
+    """Output name (None for a single output) -> the budget its accuracy/mse check applied."""
+    budgets: dict[str | None, float | None] = {None: gate["thresholds"].get("max_drop")}
+    for check in gate["checks"]:
+        values = check.get("values") or {}
+        if "max_drop" not in values:
+            continue
+        name = check["name"]
+        if name == ACCURACY:
+            budgets[None] = values["max_drop"]
+        elif ": " in name and name.split(": ", 1)[0].endswith(" gate"):
+            budgets[name.split(": ", 1)[1]] = values["max_drop"]
+    return budgets
+
+
+def _layers(report: dict) -> list[dict]:
+    """The per-layer table: the plan, each layer's lint findings and its search sensitivity."""
+    auto = report.get("auto_keep") or {}
+    findings: dict[str, list[str]] = {}
+    for f in (auto.get("lint") or {}).get("findings") or []:
+        findings.setdefault(f["layer"], []).append(f"{f['kind']}: {f['message']}")
+    sensitivity = {r["layer"]: r["sensitivity"] for r in (auto.get("search") or {}).get("ranking") or []}
+    rows = []
+    for layer in report["layers"]:
+        name = layer["name"]
+        rows.append(
+            {
+                **layer,
+                "findings": findings.get(name, []),
+                # A split head's 16-bit part (NAME_linear) is ranked under the original name.
+                "sensitivity": sensitivity.get(name, sensitivity.get(name.removesuffix("_linear"))),
+            }
+        )
+    return rows
+
+
+def _speed(report: dict) -> dict | None:
+    speed = report.get("speed")
+    if not speed:
+        return None
+    paths = speed.get("paths") or {}
+    rows = [(name, p.get("ratio"), "after") for name, p in paths.items()]
+    return {
+        "line": speed_line(report),
+        "paths": paths,
+        "chart": bar_chart("speed against float32 (above 1 is faster)", rows, (1.0, "float32")) if rows else None,
+        "memory": speed.get("memory"),
+    }
+
+
+def _finetune(report: dict) -> dict | None:
+    tuning = report.get("finetune")
+    if not tuning:
+        return None
+    history = tuning.get("history") or {}
+    steps = history.get("step") or []
+    charts = [
+        line_chart("fine-tune loss over the steps", steps, history.get("loss") or [], "loss"),
+        line_chart("loss scale over the steps (log)", steps, history.get("loss_scale") or [], "scale", log=True),
+    ]
+    return {**tuning, "charts": [c for c in charts if c is not None]}
+
+
+def _artifacts(report: dict) -> list[dict]:
+    limits = parity_limits(report["gate"])
+    checks = {c["name"]: c for c in report["gate"]["checks"]}
+    return [
+        {**a, "limit": limits.get(a["kind"]), "check": checks.get(f"{PARITY}: {a['kind']}")}
+        for a in report.get("artifacts") or []
+    ]
+
+
+def _title(report: dict) -> str:
+    source = report["source"]
+    model = Path(source["path"]).name if source.get("path") else source.get("name") or "model"
+    return f"{model} → {report['policy']}"
+
+
+def report_page(report: dict) -> str:
+    """report.html's text for a report's JSON form (as written, or re-checked)."""
+    gate = report["gate"]
+    counts = layer_counts(report)
+    auto = report.get("auto_keep") or {}
+    ranking = (auto.get("search") or {}).get("ranking") or []
+    sensitivity = (
+        bar_chart(
+            "per-layer sensitivity (the search's ranking: accuracy lost with only this layer in 16 bits)",
+            [(r["layer"], r["sensitivity"], "sensitivity") for r in ranking],
+        )
+        if ranking
+        else None
+    )
+    timings = report.get("timings") or {}
+    return (
+        _templates()
+        .get_template("report.html.j2")
+        .render(
+            title=_title(report),
+            report=report,
+            source=describe_source(report["source"]),
+            gate=gate,
+            failed=[c["name"] for c in gate["checks"] if not c["passed"]],
+            counts=counts,
+            layers=_layers(report),
+            auto=auto,
+            sensitivity=sensitivity,
+            metric_charts=metric_charts(report, _budgets(gate)),
+            budgets=_budgets(gate),
+            validation=report["validation"],
+            speed=_speed(report),
+            finetune=_finetune(report),
+            padding=report.get("padding"),
+            artifacts=_artifacts(report),
+            timings=timings,
+            timing_chart=bar_chart("seconds per stage", [(k, v, "time") for k, v in timings.items()])
+            if timings
+            else None,
+            total_seconds=sum(timings.values()),
+            versions=report.get("versions") or {},
+        )
+    )
+
+
+def write_report_page(report: dict, path: Path) -> Path:
+    """Write report.html (whole or not at all: a full disk is a WriteError naming the path)."""
+    replace_atomically(Path(path), report_page(report), "the HTML report")
+    return Path(path)
+
+
+# --- the batch page ----------------------------------------------------------------
+
+
+def _bar(drop: float | None, budget: float | None) -> dict | None:
+    """The drop as a share of its budget, for the row's bar (capped at 150% so a bad one stays on the page)."""
+    if drop is None or budget is None:
+        return None
+    share = (max(drop, 0.0) / budget) if budget > 0 else (0.0 if drop <= 0 else 1.5)
+    return {"share": share, "width": round(min(share, 1.5) / 1.5 * 120, 1), "over": drop > budget}
+
+
+def _from_report(folder: Path) -> dict:
+    """What batch.json leaves out and the page shows: the drop's budget and the serving speed-up."""
+    try:
+        report = json.loads((folder / "report.json").read_text())
+    except (OSError, ValueError):  # an error or timeout leaves no folder: the row says so itself
+        return {"max_drop": None, "speedup": None}
+    paths = (report.get("speed") or {}).get("paths") or {}
+    timed = paths.get("savedmodel") or next(iter(paths.values()), {})
+    return {"max_drop": report["gate"]["thresholds"].get("max_drop"), "speedup": timed.get("ratio")}
+
+
+def batch_rows(summary: dict, folder: Path) -> list[dict]:
+    """One row per model and policy, each linking to its report.html (relative, so the root can move).
+
+    A converted model (passed or failed the gate) has a folder with its
+    page; an error or a timeout has none. Its budget and speed-up come
+    from its report.json where that is on this disk (an object-storage
+    root keeps them only in the bucket: n/a there).
+    """
+    rows = []
+    for m in summary["models"]:
+        root = str(m.get("root") or summary.get("root") or folder)
+        local = "://" not in root
+        base = Path(root) / m["folder"] if local else None
+        page = f"{m['folder']}/{REPORT_HTML}"
+        link = None
+        if m["status"] in ("passed", "gate_failed"):
+            link = Path(os.path.relpath(base / REPORT_HTML, folder)).as_posix() if local else page
+        found = _from_report(base) if local else {"max_drop": None, "speedup": None}
+        rows.append({**m, **found, "link": link, "bar": _bar(m["drop"], found["max_drop"])})
+    return rows
+
+
+def batch_page(summary: dict, folder: Path) -> str:
+    """index.html's text for a batch.json (one run, a shard or merged shards) kept in `folder`."""
+    from .batch import batch_totals_line
+
+    return (
+        _templates()
+        .get_template("batch.html.j2")
+        .render(
+            title="mpconvert batch",
+            summary=summary,
+            totals=batch_totals_line(summary),
+            rows=batch_rows(summary, Path(folder)),
+        )
+    )
+
+
+def write_batch_page(summary: dict, folder: Path) -> Path:
+    path = Path(folder) / INDEX_HTML
+    replace_atomically(path, batch_page(summary, Path(folder)), "the batch page")
+    return path
+
+
+__all__ = [
+    "INDEX_HTML",
+    "REPORT_HTML",
+    "batch_page",
+    "report_page",
+    "write_batch_page",
+    "write_report_page",
+]
