@@ -92,6 +92,14 @@ def _signature_outputs(model: GraphModel, rows: list[np.ndarray]) -> list[np.nda
     return [np.asarray(result[spec.name], dtype=np.float32) for spec in model.outputs]
 
 
+def lint_nodes(original: GraphModel, rows: list[np.ndarray], precision: Any) -> dict[str, str]:
+    """{node: why} for the float32 node outputs beyond the format's range on `rows`, with their readers."""
+    names = candidates(original.graph_def)
+    values = original.predict(rows, tensors=tuple(f"{n}:0" for n in names)) if names else []
+    largest = {n: float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for n, v in zip(names, values)}
+    return overflowing(original.graph_def, largest, precision.max_finite * OVERFLOW_MARGIN)
+
+
 def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, GraphPlan, Context, GraphLoaded, Report]:
     """Every stage up to the export, for a SavedModel without Keras metadata."""
     precision = options.precision
@@ -128,12 +136,7 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
                 f"the frozen graph of {path} does not reproduce its signature (max |diff| {diff} > {fidelity.limit:g})",
                 hint="rerun with --debug and report it, with the SavedModel",
             )
-        keep = {}
-        if options.auto_keep.mode != "off":  # the node-level lint: float32 values beyond the format's range
-            names = candidates(original.graph_def)
-            values = original.predict(rows, tensors=tuple(f"{n}:0" for n in names)) if names else []
-            largest = {n: float(np.abs(v[np.isfinite(v)]).max(initial=0.0)) for n, v in zip(names, values)}
-            keep = overflowing(original.graph_def, largest, precision.max_finite * OVERFLOW_MARGIN)
+        keep = lint_nodes(original, rows, precision) if options.auto_keep.mode != "off" else {}
 
         def rewrite_keeping(kept: dict[str, str]) -> tuple[GraphModel, list]:
             graph_def, decisions = rewrite_graph(
