@@ -178,12 +178,14 @@ def _policy_rewrite(report: dict) -> Check:
     counts = layer_counts(report)
     converted, kept = counts.converted, len(counts.kept)
     values = {"policy": policy, "converted": converted, "kept_float32": kept}
+    # A graph-level report's units are the graph's compute nodes, not layers.
+    units = "nodes" if (report.get("source") or {}).get("format") == "graph" else "layers"
     if converted:
-        return Check(POLICY_REWRITE, True, f"{converted} layers converted to {policy}, {kept} kept float32", values)
+        return Check(POLICY_REWRITE, True, f"{converted} {units} converted to {policy}, {kept} kept float32", values)
     return Check(
         POLICY_REWRITE,
         False,
-        f"no layer was converted to {policy} ({kept} kept float32), so nothing runs in 16 bits; "
+        f"no {units[:-1]} was converted to {policy} ({kept} kept float32), so nothing runs in 16 bits; "
         "check the --keep-float32 patterns",
         values,
     )

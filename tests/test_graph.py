@@ -53,6 +53,8 @@ def test_a_keras_export_converts_with_real_16bit_kernels_and_keeps_its_accuracy(
     assert result.exit_code == 0, result.output
     assert "graph-level: no Keras layers" in result.output
     report = report_of(out)
+    rewrite = next(c for c in report["gate"]["checks"] if c["name"] == "policy rewrite")
+    assert rewrite["message"].endswith(f"nodes converted to {policy}, 0 kept float32")
     assert report["source"]["format"] == "graph" and report["finetune"] is None and report["padding"] is None
     v = report["validation"]
     assert v["metric"] == "accuracy" and v["reference"] > 0.85 and v["drop"] <= 0.01

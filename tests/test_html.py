@@ -94,6 +94,7 @@ def test_a_graph_level_report_renders_without_the_sections_it_lacks(tmp_path):
     text = text_of((out / "report.html").read_text())
     assert "graph-level: no Keras layers" in text and "StatefulPartitionedCall/MatMul" in text
     assert "Fine-tuning not run" in text and "Padding not run" in text
+    assert re.search(r"Nodes \(\d+ in mixed_bfloat16, \d+ kept float32\)", text)
 
 
 @pytest.fixture(scope="module")

@@ -272,6 +272,7 @@ def report_page(report: dict) -> str:
             failed=[c["name"] for c in gate["checks"] if not c["passed"]],
             counts=counts,
             layers=_layers(report),
+            units="Nodes" if report["source"].get("format") == "graph" else "Layers",
             auto=auto,
             sensitivity=sensitivity,
             metric_charts=metric_charts(report, _budgets(gate)),
