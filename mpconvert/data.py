@@ -22,7 +22,7 @@ import numpy as np
 
 from .errors import MpconvertError
 from .npz import SMALLER_SPLIT, open_npz
-from .signature import Signature, TensorSpec
+from .signature import Signature, TensorSpec, generate_inputs
 from .usercode import import_module
 
 
@@ -467,3 +467,12 @@ def _one_hot_to_ids(where: str, key: str, labels: np.ndarray) -> np.ndarray:
             hint="store class ids (n,) or exact one-hot rows",
         )
     return labels.argmax(axis=1)
+
+
+def evaluation_data(model: Any, signature: Signature, tasks: tuple[Task, ...], options: Any) -> EvalData:
+    """The validation data given (`options.data`, a ValidateOptions), else generated inputs for drift only."""
+    given = resolve_data(options.data, signature, tasks)
+    if given is not None:
+        return given
+    inputs = generate_inputs(model, signature, options.generated_samples, options.seed)
+    return EvalData(unlabelled(inputs, signature), None, "generated")

@@ -23,8 +23,7 @@ from . import interrupts
 from .artifacts import estimated_bytes, export_all, export_graph, graph_bytes
 from .configs import model_class, model_config
 from .context import Context
-from .data import EvalData, Task, resolve_data, unlabelled
-from .errors import MpconvertError
+from .data import EvalData, Task, evaluation_data
 from .finetune import StepCallback, finetune
 from .graph.model import GraphModel, is_graph_savedmodel
 from .graph.pipeline import LIMITS, convert_graph
@@ -35,7 +34,7 @@ from .outdir import claimed_output, staged_output
 from .pad import PadPlan, pad, plan_model_padding
 from .report import Report, json_safe
 from .rewrite import Plan, output_activation, plan_conversion, rewrite
-from .signature import Signature, generate_inputs, refuse_string_inputs, signature_of
+from .signature import Signature, refuse_string_inputs, signature_of
 from .speed import (
     SPEED_BATCH,
     Speed,
@@ -47,9 +46,8 @@ from .speed import (
     warning_for,
 )
 from .speed.slow_kernel import guard
-from .thresholds import Thresholds
 from .trace import output_layers
-from .validate import choose_metrics, validate
+from .validate import judging, validate
 from .writing import reported_at, write_text, writing
 
 log = logging.getLogger("mpconvert")
@@ -122,26 +120,6 @@ def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
     return tuple(Task(_kind(_activation_of(layer)), spec) for layer, spec in zip(layers, signature.outputs))
 
 
-def refuse_unknown_outputs(signature: Signature, options: ConvertOptions) -> None:
-    """--metric NAME=... and --max-drop NAME=... must name outputs the model has."""
-    names = [spec.name for spec in signature.outputs]
-    for flag, given in (("--metric", options.validate.metric), ("--max-drop", options.gate.max_drop)):
-        unknown = [output for output, _ in given if output is not None and output not in names]
-        if unknown:
-            raise MpconvertError(
-                f"{flag} {unknown[0]}=... names an output the model does not have",
-                hint=f"the model's outputs are: {', '.join(names)}",
-            )
-
-
-def _eval_data(loaded: Loaded, signature: Signature, tasks: tuple[Task, ...], options: ConvertOptions) -> EvalData:
-    given = resolve_data(options.validate.data, signature, tasks)
-    if given is not None:
-        return given
-    inputs = generate_inputs(loaded.model, signature, options.validate.generated_samples, options.validate.seed)
-    return EvalData(unlabelled(inputs, signature), None, "generated")
-
-
 def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[Path, ...]:
     """The files a run reads (model, data file): outputs must leave them alone."""
     files = [options.load.path] if options.load.path else []
@@ -175,7 +153,7 @@ def inspect(options: ConvertOptions) -> Inspection:
     rewrite_options, found = options.rewrite, None
     with framework.preserved_global_policy(), loaded.deserialization():
         tasks = tasks_of(loaded.model, signature)
-        data = _eval_data(loaded, signature, tasks, options)
+        data = evaluation_data(loaded.model, signature, tasks, options.validate)
         if options.auto_keep.mode != "off":
             metrics = ("accuracy",) * len(tasks)
             context = Context(loaded.model, framework, signature, tasks, metrics, data, options.precision)
@@ -206,13 +184,8 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         signature = signature_of(loaded.model)
         refuse_string_inputs(loaded.model, signature)
         tasks = tasks_of(loaded.model, signature)
-        refuse_unknown_outputs(signature, options)
-        data = _eval_data(loaded, signature, tasks, options)
-        # The labels decide it too: a sigmoid output with [0, 1] targets is a reconstruction (mse).
-        metrics = choose_metrics(options.validate.metric, tasks, data.validation.labels)
-        # Resolved before any conversion work, so that a bad --baseline fails fast.
-        measured = {t.output.name: m for t, m, y in zip(tasks, metrics, data.validation.labels) if y is not None}
-        thresholds = Thresholds.defaults(precision).overridden(options.gate, measured)
+        data = evaluation_data(loaded.model, signature, tasks, options.validate)
+        metrics, thresholds = judging(options, tasks, data)
     warning = warning_for(precision) if options.speed else None
     if warning:
         log.warning(warning)

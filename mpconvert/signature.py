@@ -67,7 +67,7 @@ def _integer_upper_bound(model: Any) -> int:
 
 
 def _all_layers(model: Any):
-    for layer in model.layers:
+    for layer in getattr(model, "layers", ()):  # a graph-level model has none
         yield layer
         if hasattr(layer, "layers"):
             yield from _all_layers(layer)
@@ -85,7 +85,8 @@ def generate_inputs(model: Any, signature: Signature, rows: int, seed: int) -> l
     for spec in signature.inputs:
         shape = (rows,) + tuple(1 if d is None else d for d in spec.shape[1:])
         if spec.is_float:
-            arrays.append(rng.standard_normal(shape).astype(np.float32))
+            dtype = spec.dtype if spec.dtype in ("float16", "float64") else np.float32  # what the input takes
+            arrays.append(rng.standard_normal(shape).astype(dtype))
         else:
             arrays.append(rng.integers(0, _integer_upper_bound(model), size=shape).astype(spec.dtype))
     return arrays

@@ -15,6 +15,7 @@ import numpy as np
 from .data import Split, Task
 from .errors import MpconvertError
 from .signature import output_list
+from .thresholds import Thresholds
 
 if TYPE_CHECKING:
     from .context import Context
@@ -324,3 +325,23 @@ def validate(context: Context, converted_model: Any) -> Validation:
     """Compare the converted model with the float32 original on the validation split."""
     inputs = context.data.validation.inputs
     return judge(context, predict(context.original, inputs), predict(converted_model, inputs))
+
+
+def judging(options: Any, tasks: tuple[Task, ...], data: Any) -> tuple[tuple[str, ...], Thresholds]:
+    """(each output's metric, the thresholds the gate judges by), for a ConvertOptions and the run's data.
+
+    Resolved before any conversion work, so that a bad --baseline or an
+    unknown output in --metric/--max-drop fails fast.
+    """
+    names = [t.output.name for t in tasks]
+    for flag, given in (("--metric", options.validate.metric), ("--max-drop", options.gate.max_drop)):
+        unknown = [output for output, _ in given if output is not None and output not in names]
+        if unknown:
+            raise MpconvertError(
+                f"{flag} {unknown[0]}=... names an output the model does not have",
+                hint=f"the model's outputs are: {', '.join(names)}",
+            )
+    # The labels decide it too: a sigmoid output with [0, 1] targets is a reconstruction (mse).
+    metrics = choose_metrics(options.validate.metric, tasks, data.validation.labels)
+    measured = {t.output.name: m for t, m, y in zip(tasks, metrics, data.validation.labels) if y is not None}
+    return metrics, Thresholds.defaults(options.precision).overridden(options.gate, measured)

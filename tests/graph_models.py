@@ -65,9 +65,7 @@ def two_matmuls(path):
             hidden = tf.nn.relu(tf.matmul(features, self.w1) + self.b1)
             return {"probabilities": tf.nn.softmax(tf.matmul(hidden, self.w2))}
 
-    net = Net()
-    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
-    return path
+    return _saved(Net(), path)
 
 
 def overflowing(path):
@@ -90,9 +88,7 @@ def overflowing(path):
             side = tf.matmul(tf.nn.relu(tf.matmul(features, self.big)), self.small)
             return {"probabilities": tf.nn.softmax(tf.matmul(hidden, self.w2) + side)}
 
-    net = Net()
-    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
-    return path
+    return _saved(Net(), path)
 
 
 def two_inputs(path):
@@ -117,9 +113,7 @@ def two_inputs(path):
             joined = tf.nn.relu(tf.matmul(left, self.a) + tf.matmul(right, self.b))
             return {"score": tf.matmul(joined, self.out), "joined_mean": tf.reduce_mean(joined, axis=1)}
 
-    net = Net()
-    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
-    return path
+    return _saved(Net(), path)
 
 
 def offset(path):
@@ -140,9 +134,7 @@ def offset(path):
             hidden = tf.nn.relu(lifted - 1000.0)
             return {"probabilities": tf.nn.softmax(tf.matmul(tf.matmul(hidden, self.w2), self.w3))}
 
-    net = Net()
-    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
-    return path
+    return _saved(Net(), path)
 
 
 def offset_npz(saved, path, rows: int = 400):
@@ -153,6 +145,14 @@ def offset_npz(saved, path, rows: int = 400):
     fn = tf.saved_model.load(str(saved)).signatures["serving_default"]
     y = np.argmax(fn(features=tf.constant(x))["probabilities"].numpy(), axis=1)
     np.savez(path, x=x, y=y)
+    return path
+
+
+def _saved(net, path):
+    """A tf.Module with a `serve` tf.function, saved with it as its serving_default signature."""
+    import tensorflow as tf
+
+    tf.saved_model.save(net, str(path), signatures={"serving_default": net.serve})
     return path
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..context import Context
-from ..data import EvalData, Task, resolve_data, unlabelled
+from ..data import Task, evaluation_data
 from ..errors import MpconvertError
 from ..fidelity import Fidelity, limit_for
 from ..numerics.autokeep import passes, search_reason
@@ -30,8 +30,7 @@ from ..options import LINT_ROWS, PARITY_SAMPLES, ConvertOptions
 from ..report import Report
 from ..speed import measure_speed, target_note, warning_for
 from ..speed.slow_kernel import guard
-from ..thresholds import Thresholds
-from ..validate import choose_metrics, judge, max_abs_diff
+from ..validate import judge, judging, max_abs_diff
 from .model import GraphModel, load_graph
 from .rewrite import PASS_THROUGH, candidates, overflowing, rewrite_graph
 from .search import search_nodes
@@ -72,18 +71,6 @@ def tasks_of_graph(model: GraphModel) -> tuple[Task, ...]:
     return tuple(tasks)
 
 
-def _generated(model: GraphModel, rows: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    found = []
-    for spec in model.inputs:
-        shape = (rows, *[d or 1 for d in spec.shape[1:]])
-        if spec.dtype.startswith(("int", "uint")):
-            found.append(rng.integers(0, 2, shape).astype(spec.dtype))
-        else:
-            found.append(rng.standard_normal(shape).astype(spec.dtype))
-    return found
-
-
 def _signature_outputs(model: GraphModel, rows: list[np.ndarray]) -> list[np.ndarray]:
     """The SavedModel's own signature on `rows`: what the frozen graph must reproduce."""
     import tensorflow as tf
@@ -110,20 +97,15 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
             "fine-tuned",
             hint="pass --finetune-steps 0 (the default when the data has no training split)",
         )
-    warning = warning_for(precision) if options.speed else None
-    if warning:
-        clock.hooks.warning(warning)
     with clock.stage("load"):
         original = load_graph(path, options.load.signature)
         signature = original.signature
         tasks = tasks_of_graph(original)
-        data = resolve_data(options.validate.data, signature, tasks)
-        if data is None:
-            generated = _generated(original, options.validate.generated_samples, options.validate.seed)
-            data = EvalData(unlabelled(generated, signature), None, "generated")
-        metrics = choose_metrics(options.validate.metric, tasks, data.validation.labels)
-        measured = {t.output.name: m for t, m, y in zip(tasks, metrics, data.validation.labels) if y is not None}
-        thresholds = Thresholds.defaults(precision).overridden(options.gate, measured)
+        data = evaluation_data(original, signature, tasks, options.validate)
+        metrics, thresholds = judging(options, tasks, data)
+    warning = warning_for(precision) if options.speed else None  # after the load, as for Keras models
+    if warning:
+        clock.hooks.warning(warning)
     rows = [x[:PARITY_SAMPLES] for x in data.validation.inputs]
     with clock.stage("rewrite"):
         reference = original.predict(data.validation.inputs)  # the proof's rows and the validation's, at once

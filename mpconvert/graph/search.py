@@ -22,18 +22,9 @@ from collections.abc import Callable
 import numpy as np
 
 from ..context import Context
-from ..numerics.search import Search, Verdict, search_ranked
+from ..numerics.search import Search, Verdict, search_ranked, sensitivity
 from .model import GraphModel
 from .rewrite import ALLOW, NodeDecision, producer
-
-
-def _error(ref: np.ndarray, got: np.ndarray) -> float:
-    if not np.isfinite(got).all():
-        return math.inf
-    ref64, got64 = ref.astype(np.float64), got.astype(np.float64)
-    error = float(np.sqrt(np.mean((got64 - ref64) ** 2)))
-    spread = float(np.sqrt(np.mean(ref64.reshape(len(ref64), -1).std(axis=0) ** 2))) if ref64.ndim else 0.0
-    return error / (spread + 1e-12)
 
 
 def rank_nodes(
@@ -45,7 +36,7 @@ def rank_nodes(
         return []
     tensors = tuple(f"{name}:0" for name in sixteen)
     errors = {
-        name: _error(ref, got)
+        name: sensitivity(ref, got)
         for name, ref, got in zip(
             sixteen, original.predict(rows, tensors=tensors), converted.predict(rows, tensors=tensors)
         )

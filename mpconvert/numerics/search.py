@@ -109,13 +109,18 @@ def rank(
         except Exception:  # a layer that needs its neighbours (masks, states): no score
             scores.append((name, 0.0))
             continue
-        if not np.isfinite(out16).all():
-            scores.append((name, math.inf))
-            continue
-        error = float(np.sqrt(np.mean((out16 - out32) ** 2)))
-        spread = float(np.sqrt(np.mean(out32.reshape(len(out32), -1).std(axis=0) ** 2)))
-        scores.append((name, error / (spread + 1e-12)))
+        scores.append((name, sensitivity(out32, out16)))
     return sorted(scores, key=lambda item: -item[1])
+
+
+def sensitivity(out32: np.ndarray, out16: np.ndarray) -> float:
+    """rms error of the 16-bit output / rms spread of the float32 one across rows; inf when not finite."""
+    if not np.isfinite(out16).all():
+        return math.inf
+    out32, out16 = np.asarray(out32, np.float64), np.asarray(out16, np.float64)
+    error = float(np.sqrt(np.mean((out16 - out32) ** 2)))
+    spread = float(np.sqrt(np.mean(out32.reshape(len(out32), -1).std(axis=0) ** 2))) if out32.ndim else 0.0
+    return error / (spread + 1e-12)
 
 
 def smallest_set(

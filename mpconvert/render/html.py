@@ -11,6 +11,7 @@ page's sorting is the only script).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -20,7 +21,7 @@ from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
-from ..gate import ACCURACY, PARITY, layer_counts
+from ..gate import PARITY, layer_counts
 from ..writing import replace_atomically
 from . import describe_source, parity_limits, speed_line
 from .common import format_bytes, format_number
@@ -28,22 +29,19 @@ from .common import format_bytes, format_number
 REPORT_HTML = "report.html"
 INDEX_HTML = "index.html"
 
-_environment: Environment | None = None
 
-
+@functools.cache
 def _templates() -> Environment:
-    global _environment
-    if _environment is None:
-        _environment = Environment(
-            loader=PackageLoader("mpconvert.render", "templates"),
-            autoescape=True,
-            # Reports from older runs or other paths lack some fields: those render empty.
-            undefined=ChainableUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        _environment.filters.update(number=format_number, size=format_bytes, percent=_percent, value=_value)
-    return _environment
+    environment = Environment(
+        loader=PackageLoader("mpconvert.render", "templates"),
+        autoescape=True,
+        # Reports from older runs or other paths lack some fields: those render empty.
+        undefined=ChainableUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(number=format_number, size=format_bytes, percent=_percent, value=_value)
+    return environment
 
 
 def _percent(value: float | None, digits: int = 1) -> str:
@@ -169,18 +167,9 @@ def line_chart(title: str, xs: list[int], ys: list[float | None], kind: str, log
 
 
 def _budgets(gate: dict) -> dict[str | None, float | None]:
-    """Output name (None for a single output) -> the budget its accuracy/mse check applied."""
-    budgets: dict[str | None, float | None] = {None: gate["thresholds"].get("max_drop")}
-    for check in gate["checks"]:
-        values = check.get("values") or {}
-        if "max_drop" not in values:
-            continue
-        name = check["name"]
-        if name == ACCURACY:
-            budgets[None] = values["max_drop"]
-        elif ": " in name and name.split(": ", 1)[0].endswith(" gate"):
-            budgets[name.split(": ", 1)[1]] = values["max_drop"]
-    return budgets
+    """Output name (None for a single output, and the default) -> the drop its metric check allows."""
+    thresholds = gate["thresholds"]
+    return {None: thresholds.get("max_drop"), **(thresholds.get("max_drop_by_output") or {})}
 
 
 def _layers(report: dict) -> list[dict]:
@@ -261,6 +250,7 @@ def report_page(report: dict) -> str:
         else None
     )
     timings = report.get("timings") or {}
+    budgets = _budgets(gate)
     return (
         _templates()
         .get_template("report.html.j2")
@@ -275,8 +265,8 @@ def report_page(report: dict) -> str:
             units="Nodes" if report["source"].get("format") == "graph" else "Layers",
             auto=auto,
             sensitivity=sensitivity,
-            metric_charts=metric_charts(report, _budgets(gate)),
-            budgets=_budgets(gate),
+            metric_charts=metric_charts(report, budgets),
+            budgets=budgets,
             validation=report["validation"],
             speed=_speed(report),
             finetune=_finetune(report),
