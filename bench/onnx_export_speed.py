@@ -38,7 +38,7 @@ import tf2onnx  # noqa: E402
 
 from mpconvert.frameworks import KERAS3  # noqa: E402
 from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
-from mpconvert.onnx.graph import contents  # noqa: E402
+from mpconvert.onnx.proto import contents  # noqa: E402
 from mpconvert.options import RewriteOptions  # noqa: E402
 from mpconvert.rewrite import rewrite  # noqa: E402
 from mpconvert.signature import generate_inputs, signature_of  # noqa: E402

@@ -161,7 +161,7 @@ def export_all(
 
 
 def export_graph(model: Any, inputs: list[np.ndarray], out: Path, options: ExportOptions) -> list[Artifact]:
-    """The graph-level path's artifacts (a graph.GraphModel): its SavedModel and ONNX file, each re-run."""
+    """The graph-level path's artifacts (a graph.FrozenGraph): its SavedModel and ONNX file, each re-run."""
     rows = [x[: options.parity_samples] for x in inputs]
     expected = model.predict(rows)
     writers = []

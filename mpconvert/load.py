@@ -75,7 +75,7 @@ def detect_format(path: Path) -> str:
                 hint="pass the SavedModel folder itself, or a .keras / .h5 file",
             )
         if not (path / "keras_metadata.pb").is_file():
-            return "graph"  # no Keras layers: converted at graph level (graph/)
+            return "graph"  # no Keras layers: converted at graph level (frozen/)
         return "savedmodel"
     suffix = path.suffix.lower()
     if suffix == ".keras":

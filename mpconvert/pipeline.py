@@ -25,8 +25,8 @@ from .configs import model_class, model_config
 from .context import Context
 from .data import EvalData, Task, evaluation_data
 from .finetune import StepCallback, finetune
-from .graph.model import GraphModel, is_graph_savedmodel
-from .graph.pipeline import LIMITS, convert_graph
+from .frozen.freeze import FrozenGraph, is_graph_savedmodel
+from .frozen.pipeline import LIMITS, convert_graph
 from .load import Loaded, load_model
 from .numerics.autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
 from .options import PARITY_SAMPLES, ConvertOptions, RewriteOptions, SaveOptions
@@ -278,7 +278,7 @@ def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> 
 def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
     # The net under the writers that name what they write: any other OS
     # error (the staging folder, the final rename) is about the output too.
-    if isinstance(converted.model, GraphModel):
+    if isinstance(converted.model, FrozenGraph):
         needed = graph_bytes(converted.model, options.export.kinds)
     else:
         needed = estimated_bytes(converted.model, options.export.kinds, converted.context.framework)
@@ -291,7 +291,7 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
     context = converted.context
     with converted.loaded.deserialization(), staged_output(out) as staging, reported_at(staging, out):
         with clock.stage("export"):
-            if isinstance(converted.model, GraphModel):
+            if isinstance(converted.model, FrozenGraph):
                 artifacts = export_graph(converted.model, list(context.data.validation.inputs), staging, options.export)
             else:
                 artifacts = export_all(

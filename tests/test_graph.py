@@ -14,7 +14,7 @@ import tensorflow as tf
 from conftest import invoke
 
 import mpconvert
-from mpconvert.graph.model import load_graph
+from mpconvert.frozen.freeze import load_frozen
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_a_tf_module_with_two_matmuls_keeps_softmax_and_outputs_float32(models, 
 
 
 def test_keep_float32_names_a_node_or_an_op_type(models, tmp_path):
-    graph = load_graph(models["mlp"])
+    graph = load_frozen(models["mlp"])
     first = next(n.name for n in graph.graph_def.node if n.op == "MatMul")
     out = tmp_path / "out"
     result = invoke(models["mlp"], "--policy", "mixed_float16", "--keep-float32", first, "--out", out)

@@ -509,7 +509,7 @@ def test_running_onnx_does_not_import_tensorflow():
     # Only mpconvert.onnx.export needs TensorFlow and tf2onnx; checking a file
     # must not pay for importing them.
     code = (
-        "import mpconvert.onnx.run, mpconvert.onnx.graph, mpconvert.onnx.repairs, sys; "
+        "import mpconvert.onnx.run, mpconvert.onnx.proto, mpconvert.onnx.repairs, sys; "
         "assert 'tensorflow' not in sys.modules and 'tf2onnx' not in sys.modules"
     )
     proc = subprocess.run(

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 import tf2onnx
 
-from mpconvert.onnx import graph as graph_mod
+from mpconvert.onnx import proto as proto_mod
 from mpconvert.onnx.export import _lean_tf2onnx, keras_to_onnx
 
 ATOL = {"float32": 1e-6, "mixed_float16": 1e-3}
@@ -70,7 +70,7 @@ def test_export_matches_bare_tf2onnx(build, policy_name, tmp_path):
     keras_to_onnx(model, specs, ours)
     tf2onnx.convert.from_keras(model, input_signature=specs, opset=17, output_path=str(theirs))
 
-    (our_inits, our_ops), (their_inits, their_ops) = (graph_mod.contents(onnx.load(p)) for p in (ours, theirs))
+    (our_inits, our_ops), (their_inits, their_ops) = (proto_mod.contents(onnx.load(p)) for p in (ours, theirs))
     assert our_inits == their_inits
     assert our_ops == their_ops
     x = np.random.default_rng(0).random((4,) + tuple(model.input_shape[1:])).astype(np.float32)
@@ -91,12 +91,12 @@ def test_the_tf2onnx_patches_are_undone():
 def test_tensor_types_without_weights_match_full_shape_inference(tmp_path, monkeypatch):
     # A bfloat16 conv model goes through both repair passes that type tensors;
     # with the threshold lowered, all its weights are left out.
-    monkeypatch.setattr(graph_mod, "_WEIGHT_ELEMENTS", 16)
+    monkeypatch.setattr(proto_mod, "_WEIGHT_ELEMENTS", 16)
     model = conv("mixed_bfloat16")
     path = tmp_path / "m.onnx"
     keras_to_onnx(model, [tf.TensorSpec((None, 16, 16, 3), tf.float32, name="x")], path)
     proto = onnx.load(path)
-    light = graph_mod.without_weights(proto)
+    light = proto_mod.without_weights(proto)
     assert len(light.graph.initializer) < len(proto.graph.initializer)
     full = {}
     inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False).graph
@@ -104,4 +104,4 @@ def test_tensor_types_without_weights_match_full_shape_inference(tmp_path, monke
         if vi.type.tensor_type.elem_type:
             full[vi.name] = vi.type.tensor_type.elem_type
     full.update({t.name: t.data_type for t in inferred.initializer})
-    assert graph_mod.tensor_types(proto) == full
+    assert proto_mod.tensor_types(proto) == full

@@ -46,7 +46,7 @@ def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserial
 
         if model is not None:
             from ..options import LoadOptions
-            from ..speed.model import time_model
+            from ..speed.model_timing import time_model
 
             load = LoadOptions(model, unsafe_deserialization, tuple(imports))
             found, show = time_model(load, speed_batch, budget), render_model_timing

@@ -13,7 +13,7 @@ import contextlib
 import onnx
 
 from mpconvert.errors import MpconvertError, first_line
-from mpconvert.onnx.graph import fed_inputs, graphs, schema
+from mpconvert.onnx.proto import fed_inputs, graphs, schema
 
 _PROTOBUF_LIMIT = 2**31 - 1
 

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from mpconvert.onnx.graph import (
+from mpconvert.onnx.proto import (
     HALF_TYPES,
     allowed_types,
     cast_to,

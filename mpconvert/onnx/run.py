@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
 from mpconvert.errors import MpconvertError
-from mpconvert.onnx.graph import HALF_TYPES, allowed_types, fed_inputs, wrap_ops
+from mpconvert.onnx.proto import HALF_TYPES, allowed_types, fed_inputs, wrap_ops
 
 RUNTIME_CUDA = "onnxruntime:CUDAExecutionProvider"
 RUNTIME_CPU = "onnxruntime:CPUExecutionProvider"

@@ -31,8 +31,8 @@ The modules, in the order the stage uses them:
 """
 
 from .apply import apply_padding
-from .graph import Layer, LayerGraph
-from .model import describe, plan_model_padding
+from .layer_graph import Layer, LayerGraph
+from .live import describe, plan_model_padding
 from .plan import PadPlan, plan_padding
 from .proof import TOLERANCE_FLOAT32, Padding, pad
 

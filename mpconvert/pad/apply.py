@@ -11,8 +11,8 @@ from ..configs import builtin_entry, listify, model_config, rename_entry, rename
 from ..frameworks import Framework
 from ..state import copy_model_state
 from ..trace import is_container
-from .graph import Shape, Shapes
-from .model import live_shapes
+from .layer_graph import Shape, Shapes
+from .live import live_shapes
 from .plan import PRODUCERS, RECURRENT, PadPlan, padded_width
 
 

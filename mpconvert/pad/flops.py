@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .graph import Layer, LayerGraph
+from .layer_graph import Layer, LayerGraph
 
 # Gate matrices per recurrent cell: LSTM input/forget/cell/output, GRU
 # update/reset/candidate, SimpleRNN one.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..configs import CHANNEL_NORMALIZATION_LAYERS, SOFTMAX_ACTIVATIONS
 from ..options import PadOptions
 from .flops import GATES, flops
-from .graph import Layer, LayerGraph, Spaces
+from .layer_graph import Layer, LayerGraph, Spaces
 
 # Layers that act on each channel separately and have no weights: padded
 # channels pass straight through them.

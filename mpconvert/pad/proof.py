@@ -14,7 +14,7 @@ from ..options import PadOptions
 from ..precision import SIXTEEN_BIT, Precision
 from ..validate import forward, max_abs_diff
 from .apply import apply_padding
-from .model import as_functional, plan_model_padding
+from .live import as_functional, plan_model_padding
 
 
 @dataclass(frozen=True)

@@ -65,15 +65,15 @@ def fetch(outputs: Any) -> None:
 def path_runner(path: str, model: Any, signature: Signature, feeds: list) -> Callable[[], None]:
     """One call of `model` on `feeds` through `path`, traced once.
 
-    A graph-level model (graph.model.GraphModel) runs one way whatever the
+    A graph-level model (frozen.freeze.FrozenGraph) runs one way whatever the
     path: its imported serving graph, which its exported SavedModel serves.
     """
     import tensorflow as tf
 
     from ..artifacts import input_specs, serving_fn
-    from ..graph.model import GraphModel
+    from ..frozen.freeze import FrozenGraph
 
-    if isinstance(model, GraphModel):
+    if isinstance(model, FrozenGraph):
         fn = model.serving
     elif path == "keras":
         fn = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))

@@ -26,7 +26,7 @@ DEFAULT_SIGNATURE = "serving_default"
 
 
 @dataclass(frozen=True)
-class GraphModel:
+class FrozenGraph:
     """One frozen serving signature: its GraphDef and what its inputs and outputs are called."""
 
     name: str
@@ -43,12 +43,12 @@ class GraphModel:
     def signature(self) -> Signature:
         return Signature(self.inputs, self.outputs)
 
-    def with_graph(self, graph_def: Any) -> GraphModel:
+    def with_graph(self, graph_def: Any) -> FrozenGraph:
         return replace(self, graph_def=graph_def, source=None)
 
     @functools.cached_property
     def serving(self):
-        """`function()` for the signature's outputs, imported once per GraphModel (each import copies the graph)."""
+        """`function()` for the signature's outputs, imported once per FrozenGraph (each import copies the graph)."""
         return self.function()
 
     def function(self, tensors: tuple[str, ...] | None = None):
@@ -113,7 +113,7 @@ def is_graph_savedmodel(path: Path) -> bool:
     return path.is_dir() and (path / "saved_model.pb").is_file() and not (path / "keras_metadata.pb").is_file()
 
 
-def load_graph(path: Path, signature_name: str | None = None) -> GraphModel:
+def load_frozen(path: Path, signature_name: str | None = None) -> FrozenGraph:
     """The SavedModel's serving signature, frozen; a clear error for a file TensorFlow cannot load."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
@@ -155,7 +155,7 @@ def load_graph(path: Path, signature_name: str | None = None) -> GraphModel:
     keys = sorted(structured)
     outputs = tuple(TensorSpec(k, tuple(structured[k].shape), structured[k].dtype.name) for k in keys)
     out_tensors = dict(zip(sorted(structured), frozen.outputs))
-    return GraphModel(
+    return FrozenGraph(
         source=fn,
         name=Path(path).name,
         graph_def=frozen.graph.as_graph_def(),

@@ -23,12 +23,12 @@ import numpy as np
 
 from ..context import Context
 from ..numerics.search import Search, Verdict, search_ranked, sensitivity
-from .model import GraphModel
+from .freeze import FrozenGraph
 from .rewrite import ALLOW, NodeDecision, producer
 
 
 def rank_nodes(
-    original: GraphModel, converted: GraphModel, decisions: list[NodeDecision], rows: list[np.ndarray]
+    original: FrozenGraph, converted: FrozenGraph, decisions: list[NodeDecision], rows: list[np.ndarray]
 ) -> list[tuple[str, float]]:
     """(allow node, sensitivity) for each 16-bit allow node, most sensitive first."""
     sixteen = [d.name for d in decisions if d.policy]
@@ -58,9 +58,9 @@ def rank_nodes(
 
 def search_nodes(
     context: Context,
-    converted: GraphModel,
+    converted: FrozenGraph,
     decisions: list[NodeDecision],
-    rewrite_keeping: Callable[[list[str]], GraphModel],
+    rewrite_keeping: Callable[[list[str]], FrozenGraph],
     reference: list[np.ndarray],
     verdict: Verdict,
     budget: float,

@@ -1,13 +1,13 @@
 """The graph-level path: a SavedModel without Keras layers, converted as a frozen graph.
 
 load (freeze the signature) -> prove the frozen graph is the signature ->
-rewrite (graph/rewrite.py) -> validate (the same comparison and gate as for
+rewrite (frozen/rewrite.py) -> validate (the same comparison and gate as for
 Keras models) in memory; the export is artifacts.export_graph. Fine-tuning
 and padding need Keras layers and are not available here: the report and
 the summary say so, and --finetune-steps N > 0 is refused. The numeric lint
 runs at node level (float32 node outputs beyond the 16-bit range stay
 float32, with their readers), then the accuracy-driven search over nodes
-(graph/search.py) when the gate still fails; --keep-float32 names nodes or
+(frozen/search.py) when the gate still fails; --keep-float32 names nodes or
 op types. The slow-kernel guard and the speed stage time the imported
 serving graph, which the exported SavedModel runs.
 """
@@ -31,7 +31,7 @@ from ..report import Report
 from ..speed import measure_speed, target_note, warning_for
 from ..speed.slow_kernel import guard
 from ..validate import judge, judging, max_abs_diff
-from .model import GraphModel, load_graph
+from .freeze import FrozenGraph, load_frozen
 from .rewrite import PASS_THROUGH, candidates, overflowing, rewrite_graph
 from .search import search_nodes
 
@@ -43,21 +43,21 @@ LIMITS = (
 
 @dataclass(frozen=True)
 class GraphPlan:
-    decisions: tuple  # graph.rewrite.NodeDecision per compute node
+    decisions: tuple  # frozen.rewrite.NodeDecision per compute node
 
 
 @dataclass(frozen=True)
 class GraphLoaded:
     """What the save stage reads of a loaded model, for a graph (nothing to deserialize)."""
 
-    model: GraphModel
+    model: FrozenGraph
     format: str = "graph"
 
     def deserialization(self):
         return contextlib.nullcontext()
 
 
-def tasks_of_graph(model: GraphModel) -> tuple[Task, ...]:
+def tasks_of_graph(model: FrozenGraph) -> tuple[Task, ...]:
     """Each output's task, from the op that produces it: Softmax, Sigmoid, else regression."""
     nodes = {n.name: n for n in model.graph_def.node}
     tasks = []
@@ -71,7 +71,7 @@ def tasks_of_graph(model: GraphModel) -> tuple[Task, ...]:
     return tuple(tasks)
 
 
-def _signature_outputs(model: GraphModel, rows: list[np.ndarray]) -> list[np.ndarray]:
+def _signature_outputs(model: FrozenGraph, rows: list[np.ndarray]) -> list[np.ndarray]:
     """The SavedModel's own signature on `rows`: what the frozen graph must reproduce."""
     import tensorflow as tf
 
@@ -79,7 +79,7 @@ def _signature_outputs(model: GraphModel, rows: list[np.ndarray]) -> list[np.nda
     return [np.asarray(result[spec.name], dtype=np.float32) for spec in model.outputs]
 
 
-def lint_nodes(original: GraphModel, rows: list[np.ndarray], precision: Any) -> dict[str, str]:
+def lint_nodes(original: FrozenGraph, rows: list[np.ndarray], precision: Any) -> dict[str, str]:
     """{node: why} for the float32 node outputs beyond the format's range on `rows`, with their readers."""
     names = candidates(original.graph_def)
     values = original.predict(rows, tensors=tuple(f"{n}:0" for n in names)) if names else []
@@ -87,7 +87,7 @@ def lint_nodes(original: GraphModel, rows: list[np.ndarray], precision: Any) -> 
     return overflowing(original.graph_def, largest, precision.max_finite * OVERFLOW_MARGIN)
 
 
-def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, GraphPlan, Context, GraphLoaded, Report]:
+def convert_graph(options: ConvertOptions, clock: Any) -> tuple[FrozenGraph, GraphPlan, Context, GraphLoaded, Report]:
     """Every stage up to the export, for a SavedModel without Keras metadata."""
     precision = options.precision
     path = options.load.path
@@ -98,7 +98,7 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
             hint="pass --finetune-steps 0 (the default when the data has no training split)",
         )
     with clock.stage("load"):
-        original = load_graph(path, options.load.signature)
+        original = load_frozen(path, options.load.signature)
         signature = original.signature
         tasks = tasks_of_graph(original)
         data = evaluation_data(original, signature, tasks, options.validate)
@@ -120,7 +120,7 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[GraphModel, Grap
             )
         keep = lint_nodes(original, rows, precision) if options.auto_keep.mode != "off" else {}
 
-        def rewrite_keeping(kept: dict[str, str]) -> tuple[GraphModel, list]:
+        def rewrite_keeping(kept: dict[str, str]) -> tuple[FrozenGraph, list]:
             graph_def, decisions = rewrite_graph(
                 original.graph_def, original.output_tensors, precision.compute_dtype, options.rewrite.keep_float32, kept
             )

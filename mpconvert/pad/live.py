@@ -8,7 +8,7 @@ from ..configs import model_config
 from ..frameworks import Framework
 from ..options import PadOptions
 from ..trace import nodes
-from .graph import LayerGraph, Shape, Shapes
+from .layer_graph import LayerGraph, Shape, Shapes
 from .plan import PadPlan, plan_padding
 
 
