@@ -37,7 +37,7 @@ import tf2onnx  # noqa: E402
 
 import mpconvert  # noqa: E402
 from mpconvert.errors import first_line  # noqa: E402
-from mpconvert.onnx.run import cuda_usable  # noqa: E402
+from mpconvert.runners.onnx import cuda_usable  # noqa: E402
 from mpconvert.speed import median_ms, probe_hardware  # noqa: E402
 
 BATCH, INPUTS, WIDTH, CLASSES = 256, 784, 4096, 10

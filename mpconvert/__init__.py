@@ -10,20 +10,17 @@ Importing this package does not import TensorFlow; converting does.
 """
 
 import logging as _logging
-from importlib import metadata as _metadata
 
 from .api import Conversion, Inspection, check, convert, inspect
 from .errors import MpconvertError
 from .precision import POLICIES, Precision
+from .report import mpconvert_version as _mpconvert_version
 
 # A library logs, the application decides what to show: without this, Python's
 # last-resort handler would print mpconvert's warnings from convert().
 _logging.getLogger("mpconvert").addHandler(_logging.NullHandler())
 
-try:
-    __version__ = _metadata.version("mpconvert")
-except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = _mpconvert_version()
 
 __all__ = [
     "Conversion",

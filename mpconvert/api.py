@@ -15,6 +15,7 @@ from inspect import Parameter, Signature
 from pathlib import Path
 from typing import Any
 
+from .hooks import Hooks
 from .keywords import Keyword, build, refuse_unknown
 from .options import (
     CONVERSION_KEYWORDS,
@@ -140,8 +141,6 @@ class Conversion:
 
 
 def _hooks(on_stage, on_finetune_step):
-    from .pipeline import Hooks
-
     return Hooks(stage=on_stage or (lambda name: None), finetune_step=on_finetune_step)
 
 
@@ -191,7 +190,7 @@ def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspe
 
     options = conversion_options(model, policy, **keywords)
     found = plan(options)
-    return Inspection(found.loaded.source(options.load.path), policy, found.plan.decisions, found.padding, found.lint)
+    return Inspection(found.source.describe(options.load.path), policy, found.plan.decisions, found.padding, found.lint)
 
 
 def check(report: dict | str | Path, **thresholds: Any) -> dict:
@@ -210,7 +209,8 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
 def recheck(stored: dict, options: GateOptions):
     """A stored report judged again with `options` over its own thresholds (a Report)."""
     from .report import Report
-    from .stored import measured_of, stored_thresholds
+    from .stored import load_baseline, measured_of, stored_thresholds
 
-    thresholds = stored_thresholds(stored).overridden(options, measured_of(stored))
+    baseline = load_baseline(options.baseline, measured_of(stored)) if options.baseline else None
+    thresholds = stored_thresholds(stored).overridden(options, baseline)
     return Report.from_dict(stored, thresholds)

@@ -17,7 +17,6 @@ from typing import Any
 from .errors import MpconvertError
 
 # Why an input layer "stays float32" in a plan: it computes nothing, so counts of kept layers leave it out.
-INPUT_LAYER = "input layer"
 
 Ref = tuple[str, int, int]  # (layer name, node index, tensor index)
 

@@ -11,6 +11,9 @@ written on, a 256x4096x4096 bfloat16 matmul took 427 ms against 203 ms in
 float32, while on a 2-core EPYC with avx512_bf16 a mixed_bfloat16 Dense model
 served 1.6x faster than float32 at batch 256.
 
+With MODEL (`time_model`), that model itself is timed under float32 and
+each policy, and a policy recommended for it.
+
 The stages: `speed.probe_hardware` (the facts, no benchmark; speed/hardware.py
 owns them because speed.warning_for needs them before every conversion),
 `bench_tensorflow`, `bench_onnxruntime`, `recommend`, gathered by
@@ -25,9 +28,12 @@ import functools
 import math
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from .errors import first_line
+from .options import DEFAULT_SPEED_BATCH, PARITY_SAMPLES, LoadOptions, RewriteOptions
 from .precision import PRECISIONS
+from .runners.onnx import ORT_CPU, ORT_TENSORRT
 from .speed import Hardware, fast_units, median_ms, probe_hardware
 from .speed.layers import bench_layers, pathologies, with_onednn_off
 
@@ -52,8 +58,6 @@ BUDGET_S = 1.0  # per (op, runtime): every dtype's runs together
 PAYS = 1.1
 # ONNX opset 22 is the first where Conv accepts bfloat16 (the ONNX operator schemas).
 BENCH_OPSET = 22
-
-ORT_CPU, ORT_CUDA, ORT_TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 
 
 def _timed(ms: dict[str, float], failed: dict[str, str]) -> dict[str, dict]:
@@ -125,22 +129,10 @@ def _onnx_graph(op: str, dtype: str, matmul: tuple, conv: tuple):
 
 
 def onnxruntime_providers() -> dict[str, list[str]]:
-    """The providers ONNX Runtime lists, and those that really load here.
+    """The providers ONNX Runtime lists, and those that really load here."""
+    from .runners.onnx import usable_providers
 
-    onnxruntime-gpu lists CUDA and TensorRT without CUDA present, then falls
-    back to CPU with a logged error: only a real load counts.
-    """
-    import onnxruntime as ort
-
-    from .onnx.run import provider_loads
-
-    available = list(ort.get_available_providers())
-    usable = [ORT_CPU]
-    if ORT_CUDA in available and provider_loads(ORT_CUDA):
-        usable.insert(0, ORT_CUDA)
-    if ORT_TENSORRT in available and provider_loads(ORT_TENSORRT):
-        usable.insert(0, ORT_TENSORRT)
-    return {"available": available, "usable": usable}
+    return usable_providers()
 
 
 def bench_onnxruntime(
@@ -152,10 +144,9 @@ def bench_onnxruntime(
     "not supported", not timed on an emulated copy.
     """
     import numpy as np
-    import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
+    from .runners.onnx import open_session
+
     result = {}
     for op in ("matmul", "conv"):
         runs, failed = {}, {}
@@ -163,7 +154,7 @@ def bench_onnxruntime(
             model, shape = _onnx_graph(op, dtype, matmul, conv)
             feed = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
             try:
-                session = ort.InferenceSession(model.SerializeToString(), options, providers=[provider])
+                session = open_session(model.SerializeToString(), [provider])
                 session.run(None, feed)
             except Exception as exc:  # ONNX Runtime raises its own classes: NOT_IMPLEMENTED, INVALID_GRAPH, ...
                 if dtype == "float32":
@@ -317,8 +308,7 @@ def diagnose(
 
     `hardware` defaults to this machine's; the ONNX Runtime shapes to MATMUL and CONV.
     """
-    from . import __version__
-    from .report import versions
+    from .report import mpconvert_version, versions
 
     hardware = hardware or probe_hardware()
     matmul, conv = matmul or MATMUL, conv or CONV
@@ -331,6 +321,93 @@ def diagnose(
     timed = [p for p in providers["usable"] if p != ORT_TENSORRT][:1]
     onnxruntime = {p: bench_onnxruntime(p, matmul, conv, repeats) for p in timed}
     seconds = time.perf_counter() - start
-    found = {"mpconvert": __version__, **versions()}
+    found = {"mpconvert": mpconvert_version(), **versions()}
     advice = recommend(hardware, timed_layers, onnxruntime, explain_pathologies(timed_layers, fixed))
     return Diagnosis(hardware, providers, found, timed_layers, onnxruntime, advice, seconds)
+
+
+# --- `mpconvert doctor MODEL`: the user's own model ---------------------------
+# Layer benchmarks say what a machine does with typical layers; a model is
+# its own mix. The model is rewritten to each policy (the same rewrite a
+# conversion does, proven faithful in float32, for a Keras model or a plain
+# SavedModel's graph alike), and each version is timed through its serving
+# path (the SavedModel serving function, traced in memory as the export
+# traces it) on generated rows at a serving batch. Time-boxed: the traces
+# and first calls come first, and when they already take the budget the
+# figures are single calls and the result says it was cut short.
+
+MODEL_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+# keras.applications-sized models trace and run a batch of 256 in seconds
+# on 2 cores; a minute leaves room for three of them, each timed a few times.
+DEFAULT_BUDGET_S = 60.0
+
+
+def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: float = DEFAULT_BUDGET_S) -> dict:
+    """{model, batch, device, policies: {policy: {ms, speedup, note}}, recommendation, cut_short, seconds}."""
+    from .kinds import open_model
+    from .signature import generate_inputs
+
+    started = time.perf_counter()
+    source = open_model(load)
+    model = source.original
+    rows = generate_inputs(model, source.signature, batch, seed=0)
+    builds: dict[str, Any] = {"float32": model}
+    notes: dict[str, str] = {}
+    clock = time.perf_counter()  # the budget counts from here: loading is not the doctor's to cut
+    with source.scope():
+        for policy in MODEL_POLICIES[1:]:
+            builds[policy] = source.rewrite(RewriteOptions(policy), [x[:PARITY_SAMPLES] for x in rows]).model
+    runs, first = {}, {}
+    cut_short = None
+    for policy, built in builds.items():
+        if policy != "float32" and time.perf_counter() - clock > budget_s:  # float32 is the baseline: always timed
+            cut_short = cut_short or f"the {budget_s:g} s budget ran out before {policy} was timed"
+            notes[policy] = "not timed: the budget ran out"
+            continue
+        run = source.runner(built, source.paths[-1]).timer(rows)
+        run()  # traces
+        start = time.perf_counter()
+        run()
+        first[policy] = (time.perf_counter() - start) * 1000
+        runs[policy] = run
+    left = budget_s - (time.perf_counter() - clock)
+    if left > 3 * sum(first.values()) / 1000:
+        ms = median_ms(runs, repeats=5, budget_s=left, warmup=0)
+    else:
+        ms = first
+        cut_short = cut_short or f"the {budget_s:g} s budget allowed one timed call per policy"
+    # Rounded before the ratios are taken, so that each speed-up is exactly
+    # the ratio of the figures beside it (a 0.377 ms call is 0.1% off otherwise).
+    shown = {policy: round(value, 3) for policy, value in ms.items()}
+    base = shown.get("float32")
+    timed = {
+        policy: {
+            "ms": shown.get(policy),
+            "speedup": round(base / shown[policy], 4) if policy in shown and base and shown[policy] else None,
+            "note": notes.get(policy),
+        }
+        for policy in MODEL_POLICIES
+    }
+    paying = [p for p in MODEL_POLICIES[1:] if (timed[p]["speedup"] or 0) >= PAYS]
+    best = max(paying, key=lambda p: timed[p]["speedup"]) if paying else None
+    device = probe_hardware().device
+    if best:
+        advice = f"{best}: this model serves {timed[best]['speedup']:.2f}x as fast as float32 here ({device})"
+    else:
+        figures = ", ".join(
+            f"{p} {timed[p]['speedup']:.2f}x" for p in MODEL_POLICIES[1:] if timed[p]["speedup"] is not None
+        )
+        advice = (
+            f"keep float32 here: neither policy serves this model at least {PAYS:g}x as fast as float32 "
+            f"({figures or 'not timed'}; {device}); convert for the hardware it will serve on"
+        )
+    return {
+        "model": str(load.path) if load.path else str(getattr(model, "name", "model")),
+        "batch": batch,
+        "device": device,
+        "policies": timed,
+        "recommendation": advice,
+        "recommended_policy": best,
+        "cut_short": cut_short,
+        "seconds": round(time.perf_counter() - started, 2),
+    }

@@ -60,7 +60,7 @@ def difference(reference: list[np.ndarray], other: list[np.ndarray]) -> float:
 
 def prove_faithful(original: Any, rebuilt: Any, rows: list[np.ndarray], what: str = "the float32 rebuild") -> Fidelity:
     """`rebuilt` gives `original`'s outputs on `rows`, or an MpconvertError naming the first layer that differs."""
-    from .validate import forward
+    from .runners.keras import forward
 
     reference = forward(original, rows)
     diff = difference(reference, forward(rebuilt, rows))

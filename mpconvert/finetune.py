@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,9 +26,13 @@ from .context import Context
 from .data import Task
 from .errors import MpconvertError
 from .frameworks import Framework
+from .hooks import StepCallback
+from .load import Loaded
 from .options import FinetuneOptions
 from .precision import Precision
-from .validate import metric_value, predict, worse_by
+from .runners.keras import predict
+from .state import rebuild
+from .validate import metric_value, worse_by
 
 # A fresh dynamic loss scale starts at 2**15 and halves on each overflow, so
 # a handful of skipped steps at the start is normal; more than half of all
@@ -39,8 +42,6 @@ MAX_SKIPPED_SHARE = 0.5
 # Steps timed on the float32 original for the step-time ratio (after one
 # warm-up step that traces the function).
 TIMED_STEPS = 5
-
-StepCallback = Callable[[int, int, float, float | None], None]
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def _timed_float32_step(
 
     A copy, because the original's weights must never change.
     """
-    copy = framework.rebuild(original, model_config(original))
+    copy = rebuild(framework, original, model_config(original))
     trainer = Trainer(framework, copy, losses, options.learning_rate, loss_scaling=False, heads=heads)
     trainer.step(*batches[0])  # traces
     times = []
@@ -272,9 +273,11 @@ def _health(step: int, loss: float, skipped: int, scale: float | None, precision
     return None
 
 
-def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None = None) -> Finetune:
-    """Fine-tune `model` (the converted one) in place; the original is only read."""
-    framework, data = context.framework, context.data
+def finetune(
+    context: Context, loaded: Loaded, model: Any, options: FinetuneOptions, on_step: StepCallback | None = None
+) -> Finetune:
+    """Fine-tune `model` (the converted one) in place; the original (`loaded.model`) is only read."""
+    framework, data = loaded.framework, context.data
     train = data.train
     if train is None or not train.labelled:
         raise MpconvertError(
@@ -287,7 +290,7 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
     heads = tuple(i for i, y in enumerate(train.labels) if y is not None)
     losses, loss_names, labels = [], [], []
     for i in heads:
-        saved = saved_loss_for(context.saved_loss, i, names[i])
+        saved = saved_loss_for(loaded.saved_loss, i, names[i])
         fn, name = resolve_loss(framework, options.loss, saved, context.tasks[i])
         losses.append(fn)
         loss_names.append(name if len(names) == 1 else f"{names[i]}: {name}")
@@ -304,7 +307,7 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
 
     batches = _Batches(train.inputs, labels, options.batch_size, options.seed)
     timing_batches = [batches.next() for _ in range(TIMED_STEPS + 1)]
-    float32_ms = _timed_float32_step(framework, context.original, losses, heads, options, timing_batches)
+    float32_ms = _timed_float32_step(framework, loaded.model, losses, heads, options, timing_batches)
     batches = _Batches(train.inputs, labels, options.batch_size, options.seed)  # the same batches again
 
     trainer = Trainer(

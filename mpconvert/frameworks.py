@@ -73,15 +73,6 @@ class Framework:
     def model_from_config(self, model: Any, config: dict) -> Any:
         return type(model).from_config(config)
 
-    def rebuild(self, model: Any, config: dict) -> Any:
-        """A new model of `model`'s class from `config`, with all of `model`'s state."""
-        from .state import copy_model_state
-
-        with self.preserved_global_policy():
-            new = self.model_from_config(model, config)
-        copy_model_state(self, model, new)
-        return new
-
     def copy_layer_state(self, old: Any, new: Any) -> None:
         """Give `new`, a rebuild of layer `old` from its config, all of `old`'s state.
 

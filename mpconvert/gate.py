@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .configs import INPUT_LAYER
+from .formats import INPUT_LAYER, units_of
 from .thresholds import Baseline, Thresholds
 from .validate import within, worse_by
 
@@ -178,8 +178,7 @@ def _policy_rewrite(report: dict) -> Check:
     counts = layer_counts(report)
     converted, kept = counts.converted, len(counts.kept)
     values = {"policy": policy, "converted": converted, "kept_float32": kept}
-    # A graph-level report's units are the graph's compute nodes, not layers.
-    units = "nodes" if (report.get("source") or {}).get("format") == "graph" else "layers"
+    units = units_of((report.get("source") or {}).get("format"))
     if converted:
         return Check(POLICY_REWRITE, True, f"{converted} {units} converted to {policy}, {kept} kept float32", values)
     return Check(

@@ -22,22 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MpconvertError, first_line
+from .formats import ModelFormat
 from .frameworks import KERAS3, TF_KERAS, Framework, framework_of
 from .options import LoadOptions
 from .usercode import import_module
-
-GRAPH_ONLY_HINT = (
-    "this command needs Keras layers; the main command converts such a SavedModel at graph level "
-    "(mpconvert MODEL --policy ...), or re-save the model from the code that built it with "
-    "model.save('model.keras')"
-)
 
 
 @dataclass(frozen=True)
 class Loaded:
     model: Any
     framework: Framework
-    format: str  # "keras", "h5", "savedmodel", or "object" for a live model
+    format: ModelFormat  # KERAS, H5, SAVEDMODEL, or OBJECT for a live model
     safe: bool  # False when the user allowed code-carrying layers
     saved_loss: Any = None  # the loss the model was compiled with, as stored
     custom_objects: dict | None = None  # from the Python API, in scope for every (re)build
@@ -55,14 +50,14 @@ class Loaded:
             "path": str(path) if path else None,
             "name": self.model.name,
             "parameters": int(self.model.count_params()),
-            "format": self.format,
+            "format": str(self.format),
             "loader": self.framework.name,
             "inputs": [vars(s) for s in signature.inputs],
             "outputs": [vars(s) for s in signature.outputs],
         }
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: Path) -> ModelFormat:
     if not path.exists():
         raise MpconvertError(
             f"model not found: {path}",
@@ -75,31 +70,31 @@ def detect_format(path: Path) -> str:
                 hint="pass the SavedModel folder itself, or a .keras / .h5 file",
             )
         if not (path / "keras_metadata.pb").is_file():
-            return "graph"  # no Keras layers: converted at graph level (frozen/)
-        return "savedmodel"
+            return ModelFormat.GRAPH  # no Keras layers: converted at graph level (kinds/frozen.py)
+        return ModelFormat.SAVEDMODEL
     suffix = path.suffix.lower()
     if suffix == ".keras":
-        return "keras"
+        return ModelFormat.KERAS
     if suffix in (".h5", ".hdf5"):
         if zipfile.is_zipfile(path):
             raise MpconvertError(
                 f"{path} is a Keras 3 .keras file (a zip archive), named {suffix}",
                 hint=f"rename it to {path.with_suffix('.keras').name}: Keras reads the format from the name",
             )
-        return "h5"
+        return ModelFormat.H5
     raise MpconvertError(
         f"unsupported model file {path.name!r}",
         hint="mpconvert reads .keras and .h5 files and Keras SavedModel folders",
     )
 
 
-def read_stored_config(path: Path, fmt: str) -> dict:
+def read_stored_config(path: Path, fmt: ModelFormat) -> dict:
     """The model's layer config as plain JSON, read without deserializing."""
     try:
-        if fmt == "keras":
+        if fmt is ModelFormat.KERAS:
             with zipfile.ZipFile(path) as archive:
                 return json.loads(archive.read("config.json"))
-        if fmt == "h5":
+        if fmt is ModelFormat.H5:
             import h5py
 
             with h5py.File(path, "r") as handle:
@@ -125,11 +120,11 @@ def _json(raw: str | bytes) -> Any:
     return json.loads(raw if isinstance(raw, str) else raw.decode("utf-8"))
 
 
-def _saved_loss(stored: dict, fmt: str) -> Any:
+def _saved_loss(stored: dict, fmt: ModelFormat) -> Any:
     """The loss the model was compiled with, as stored in the file, or None."""
-    if fmt == "keras":
+    if fmt is ModelFormat.KERAS:
         compile_config = stored.get("compile_config") or {}
-    elif fmt == "h5":
+    elif fmt is ModelFormat.H5:
         compile_config = stored.get("training_config") or {}
     else:
         compile_config = (stored.get("root") or {}).get("training_config") or {}
@@ -222,24 +217,23 @@ def load_model(options: LoadOptions) -> Loaded:
     if path is None:
         return _live(options.source, options.custom_objects)
     fmt = detect_format(path)
-    if fmt == "graph":
-        raise MpconvertError(
-            f"{path} is a SavedModel without Keras metadata (no keras_metadata.pb): it has no Keras layers",
-            hint=GRAPH_ONLY_HINT,
-        )
     stored = read_stored_config(path, fmt)
     if not options.unsafe_deserialization:
         refuse_code_layers(path, stored)
     safe = not options.unsafe_deserialization
     custom = _custom_scope(options.custom_objects)
-    frameworks = {"keras": (KERAS3,), "savedmodel": (TF_KERAS,), "h5": (KERAS3, TF_KERAS)}[fmt]
+    frameworks = {
+        ModelFormat.KERAS: (KERAS3,),
+        ModelFormat.SAVEDMODEL: (TF_KERAS,),
+        ModelFormat.H5: (KERAS3, TF_KERAS),
+    }[fmt]
     _refuse_missing_classes(path, stored, frameworks, custom or {})
 
     def loaded(framework: Framework) -> Loaded:
         model = _load_with(framework, path, safe, custom)
         return Loaded(model, framework, fmt, safe, _saved_loss(stored, fmt), custom)
 
-    if fmt != "h5":
+    if fmt is not ModelFormat.H5:
         return loaded(frameworks[0])
     try:
         return loaded(KERAS3)
@@ -269,7 +263,7 @@ def _live(model: Any, custom_objects: dict | None) -> Loaded:
     # Its code, Lambdas included, is already running in this process: the
     # rebuild from its config needs no protection from it.
     saved_loss = loss if isinstance(loss, (str, dict)) else None
-    return Loaded(model, framework, "object", False, saved_loss, _custom_scope(custom_objects))
+    return Loaded(model, framework, ModelFormat.OBJECT, False, saved_loss, _custom_scope(custom_objects))
 
 
 def _custom_scope(custom_objects: dict | None) -> dict | None:

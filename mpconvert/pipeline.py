@@ -1,9 +1,20 @@
-"""The one place where the stage order lives.
+"""The one place where the stage order lives, for every kind of model.
 
-load -> rewrite -> finetune -> validate -> pad, in memory (`convert`), then
-export -> report into a staged output folder (`save`). Each stage is a
-function with explicit inputs that returns a result object; this module only
-wires them together and times them. The CLI, the Python API and batch
+In memory (`convert`):
+
+    load -> lint -> rewrite (+ float32 fidelity proof) -> kernel check -> finetune -> validate
+         -> search (when the gate would fail; then rewrite -> finetune -> validate again)
+         -> pad (+ equivalence proof) -> speed
+
+then into a staged output folder (`save`):
+
+    export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> rename into place
+
+Each stage is a method of the loaded model's kind (kinds/: a Keras model,
+a plain SavedModel's frozen graph) or a function with explicit inputs that
+returns a result object; this module only wires them together and times
+them. A stage the kind cannot do (`kinds.Capability`) is skipped, and the
+report's `skipped` says which and why. The CLI, the Python API and batch
 workers all run these functions.
 """
 
@@ -13,28 +24,30 @@ import contextlib
 import dataclasses
 import json
 import logging
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import interrupts
-from .artifacts import estimated_bytes, export_all, export_graph, graph_bytes
-from .configs import model_class, model_config
+from .artifacts import Artifact, write_checked
 from .context import Context
-from .data import EvalData, Task, evaluation_data
-from .finetune import StepCallback, finetune
-from .frozen.freeze import FrozenGraph, is_graph_savedmodel
-from .frozen.pipeline import LIMITS, convert_graph
-from .load import Loaded, load_model
-from .numerics.autokeep import AutoKeep, keep_by_lint, keep_by_search, passes
-from .options import PARITY_SAMPLES, ConvertOptions, RewriteOptions, SaveOptions
+from .data import EvalData, evaluation_data
+from .errors import MpconvertError
+from .hooks import NO_HOOKS, Hooks
+from .kinds import Capability, ModelKind, Plan, open_model
+from .numerics.autokeep import AutoKeep, passes
+from .numerics.lint import Lint
+from .options import PARITY_SAMPLES, ConvertOptions, ExportOptions, RewriteOptions, SaveOptions
 from .outdir import claimed_output, staged_output
-from .pad import PadPlan, pad, plan_model_padding
-from .report import Report, json_safe
-from .rewrite import Plan, output_activation, plan_conversion, rewrite
-from .signature import Signature, refuse_string_inputs, signature_of
+from .pad import PadPlan
+from .render.html import REPORT_HTML, write_report_page
+from .report import REPORT_NAME, Report, json_safe
+from .runners.onnx import OnnxRunner
 from .speed import (
     SPEED_BATCH,
     Speed,
@@ -46,24 +59,12 @@ from .speed import (
     warning_for,
 )
 from .speed.slow_kernel import guard
-from .trace import output_layers
-from .validate import judging, validate
+from .validate import judge, judging
 from .writing import reported_at, write_text, writing
 
 log = logging.getLogger("mpconvert")
 
-
-@dataclass(frozen=True)
-class Hooks:
-    """How a caller watches a run: stage starts and fine-tune steps."""
-
-    stage: Callable[[str], None] = lambda name: None
-    finetune_step: StepCallback | None = None
-    # Said before converting, e.g. that float16 cannot be fast on this CPU.
-    warning: Callable[[str], None] = lambda text: None
-    # Whether the caller can run itself again with oneDNN's rewrites off
-    # (speed.slow_kernel.Restart): the command line and batch workers can.
-    may_restart: bool = False
+__all__ = ["Converted", "Hooks", "Inspected", "convert", "convert_and_save", "inspect", "save"]
 
 
 @dataclass
@@ -90,34 +91,11 @@ class Converted:
 
     model: Any  # padded when the padding proof passed, else the rewritten model
     plan: Plan
+    source: ModelKind  # the loaded float32 model and its kind
     context: Context
-    loaded: Loaded
     report: Report
     inputs: tuple[Path, ...]  # files the run read, which no output may overwrite
     speed_batch: int = SPEED_BATCH  # the serving batch the speed stage (and --bench-onnx) time at
-
-
-def _kind(activation: str | None) -> str:
-    if activation in ("softmax", "log_softmax"):
-        return "softmax"
-    return "sigmoid" if activation == "sigmoid" else "regression"
-
-
-def _activation_of(layer: Any) -> str | None:
-    if layer is None:
-        return None
-    if type(layer).__name__ == "Softmax":
-        return "softmax"
-    activation = getattr(layer, "activation", None)  # a function on a live layer
-    return activation if isinstance(activation, str) else getattr(activation, "__name__", None)
-
-
-def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
-    """What each output means (softmax, sigmoid or regression), in the signature's order."""
-    if len(signature.outputs) == 1:
-        return (Task(_kind(output_activation(model_config(model), model_class(model))), signature.outputs[0]),)
-    layers = output_layers(model)
-    return tuple(Task(_kind(_activation_of(layer)), spec) for layer, spec in zip(layers, signature.outputs))
 
 
 def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[Path, ...]:
@@ -130,129 +108,166 @@ def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[P
     return tuple(files)
 
 
+def proof_rows(data: EvalData) -> list[np.ndarray]:
+    """The validation rows the rebuild and padding proofs run on."""
+    return [x[:PARITY_SAMPLES] for x in data.validation.inputs]
+
+
+def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -> list[dict]:
+    """The stages these options would run that the model's kind cannot do: [{stage, reason}].
+
+    A fine-tune asked for in so many steps is refused instead: the user
+    asked for it by name.
+    """
+    steps = options.finetune.resolved(has_train=data.train is not None).steps
+    wanted = {
+        Capability.FINETUNE: bool(steps),
+        Capability.PAD: bool(options.pad.multiple),
+        Capability.ACTIVATION_MEMORY: options.speed,
+    }
+    return [{"stage": str(c), "reason": source.lacks[c]} for c, on in wanted.items() if on and not source.can(c)]
+
+
+def _refuse_unable(source: ModelKind, options: ConvertOptions) -> None:
+    if options.finetune.steps and not source.can(Capability.FINETUNE):
+        raise MpconvertError(
+            f"{options.load.path}: {source.lacks[Capability.FINETUNE]}",
+            hint="pass --finetune-steps 0 (the default when the data has no training split)",
+        )
+
+
 @dataclass(frozen=True)
-class Inspection:
-    loaded: Loaded
+class Inspected:
+    """What `inspect` found: the loaded model, the per-unit plan, the padding plan and the lint."""
+
+    source: ModelKind
     plan: Plan
     padding: PadPlan | None
-    lint: Any = None  # the numeric lint's findings (None with --auto-keep off)
+    lint: Lint | None = None  # the numeric lint's findings (None with --auto-keep off)
 
 
-def inspect(options: ConvertOptions) -> Inspection:
-    """The per-layer policy, lint and padding plans, without converting or writing anything.
+def inspect(options: ConvertOptions) -> Inspected:
+    """The per-unit policy, lint and padding plans, without converting or writing anything.
 
     The lint runs the float32 model on the data (else generated inputs), as a
     conversion does, and its keeps are in the plan. Padding is planned on the
     rewritten model, as the conversion does: a softmax split off an output
     layer changes what can be padded.
     """
-    loaded = load_model(options.load)
-    framework = loaded.framework
-    signature = signature_of(loaded.model)
-    refuse_string_inputs(loaded.model, signature)
+    source = open_model(options.load)
+    if not source.can(Capability.INSPECT):
+        raise MpconvertError(
+            f"{options.load.path} {source.lacks[Capability.INSPECT]}",
+            hint="convert it with the main command, or re-save the model from the code that built it with "
+            "model.save('model.keras')",
+        )
     rewrite_options, found = options.rewrite, None
-    with framework.preserved_global_policy(), loaded.deserialization():
-        tasks = tasks_of(loaded.model, signature)
-        data = evaluation_data(loaded.model, signature, tasks, options.validate)
+    with source.scope():
+        data = evaluation_data(source.original, source.signature, source.tasks, options.validate)
         if options.auto_keep.mode != "off":
-            metrics = ("accuracy",) * len(tasks)
-            context = Context(loaded.model, framework, signature, tasks, metrics, data, options.precision)
-            found, rewrite_options = keep_by_lint(context, rewrite_options)
-        if not options.pad.multiple:
-            plan = plan_conversion(model_config(loaded.model), model_class(loaded.model), rewrite_options)
-            return Inspection(loaded, plan, None, found)
-        rewritten = rewrite(loaded.model, framework, rewrite_options, proof_rows(data))
-        padding = plan_model_padding(rewritten.model, framework, options.pad)
-    return Inspection(loaded, rewritten.plan, padding, found)
+            metrics = ("accuracy",) * len(source.tasks)
+            context = Context(source.signature, source.tasks, metrics, data, options.precision)
+            found, rewrite_options = source.lint(context, rewrite_options)
+        if not options.pad.multiple or not source.can(Capability.PAD):
+            return Inspected(source, source.plan(rewrite_options), None, found)
+        rewritten = source.rewrite(rewrite_options, proof_rows(data))
+        padding = source.padding_plan(rewritten.model, options.pad)
+    return Inspected(source, rewritten.plan, padding, found)
 
 
-def proof_rows(data: EvalData) -> list:
-    """The validation rows the rebuild and padding proofs run on."""
-    return [x[:PARITY_SAMPLES] for x in data.validation.inputs]
-
-
-def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
+def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
     """Every stage up to the export, in memory: nothing is written."""
     clock = _Clock(hooks)
-    if options.load.path is not None and is_graph_savedmodel(options.load.path):
-        model, plan, context, loaded, report = convert_graph(options, clock)
-        hooks.warning(LIMITS)
-        return Converted(model, plan, context, loaded, report, read_files(options, context.data), options.speed_batch)
     precision = options.precision
     with clock.stage("load"):
-        loaded = load_model(options.load)
-        signature = signature_of(loaded.model)
-        refuse_string_inputs(loaded.model, signature)
-        tasks = tasks_of(loaded.model, signature)
-        data = evaluation_data(loaded.model, signature, tasks, options.validate)
-        metrics, thresholds = judging(options, tasks, data)
+        source = open_model(options.load)
+        _refuse_unable(source, options)
+        data = evaluation_data(source.original, source.signature, source.tasks, options.validate)
+        metrics, thresholds = judging(options, source.tasks, data)
+    if source.limits:
+        hooks.warning(source.limits)
     warning = warning_for(precision) if options.speed else None
     if warning:
         log.warning(warning)
         hooks.warning(warning)
-    context = Context(loaded.model, loaded.framework, signature, tasks, metrics, data, precision, loaded.saved_loss)
-    framework = loaded.framework
-    smoke = [x[:2] for x in data.validation.inputs]
+    context = Context(source.signature, source.tasks, metrics, data, precision)
+    inputs = list(data.validation.inputs)
     finetune_options = options.finetune.resolved(has_train=data.train is not None)
-
+    tune = bool(finetune_options.steps) and source.can(Capability.FINETUNE)
+    reference: list[np.ndarray] = []  # the float32 model's validation outputs, run once
     slow: list = []  # the slow-kernel guard's finding, after the first rewrite
 
     def convert_with(rewrite_options: RewriteOptions):
-        """rewrite -> finetune -> validate, once per set of layers kept float32."""
+        """rewrite -> finetune -> validate, once per set of units kept float32."""
         with clock.stage("rewrite"):
-            rewritten = rewrite(loaded.model, framework, rewrite_options, proof_rows(data))
+            candidate = source.rewrite(rewrite_options, proof_rows(data))
         if not slow:  # before any minutes go into a broken kernel
             with clock.stage("kernel check"):
-                rows = list(data.validation.inputs)
-                slow.append(guard(precision.name, loaded.model, rewritten.model, signature, rows, hooks.may_restart))
+                original, converted = source.runner(source.original), source.runner(candidate.model)
+                slow.append(guard(precision.name, original, converted, inputs, hooks.may_restart))
         tuning = None
-        if finetune_options.steps:
+        if tune:
             with clock.stage("finetune"):
-                tuning = finetune(context, rewritten.model, finetune_options, hooks.finetune_step)
+                tuning = source.finetune(context, candidate.model, finetune_options, hooks.finetune_step)
         with clock.stage("validate"):
-            validation = validate(context, rewritten.model)
-        return rewritten, tuning, validation
+            if not reference:
+                reference.extend(source.runner(source.original).run(inputs).outputs)
+            validation = judge(context, reference, source.runner(candidate.model).run(inputs).outputs)
+        return candidate, tuning, validation
 
-    auto, rewrite_options = AutoKeep(options.auto_keep.mode), options.rewrite
-    with framework.preserved_global_policy(), loaded.deserialization():
+    auto, rewrite_options = AutoKeep(options.auto_keep.mode, note=source.limits), options.rewrite
+    with source.scope():
         if auto.mode != "off":
             with clock.stage("lint"):
-                found, rewrite_options = keep_by_lint(context, rewrite_options)
+                found, rewrite_options = source.lint(context, rewrite_options)
             auto = dataclasses.replace(auto, lint=found)
-        rewritten, tuning, validation = convert_with(rewrite_options)
+        candidate, tuning, validation = convert_with(rewrite_options)
         if auto.mode == "search" and not passes(validation.as_dict(), thresholds):
             with clock.stage("search"):
-                searched, rewrite_options = keep_by_search(
-                    context, rewritten, rewrite_options, thresholds, options.auto_keep, smoke, validation.as_dict()
+                searched, rewrite_options = source.search(
+                    context,
+                    candidate,
+                    rewrite_options,
+                    lambda v: passes(v, thresholds),
+                    options.auto_keep.search_budget,
+                    reference,
+                    validation.as_dict(),
                 )
             auto = dataclasses.replace(auto, search=searched)
             if searched.validation is not None:
-                rewritten, tuning, validation = convert_with(rewrite_options)
-        model, padding = rewritten.model, None
-        if options.pad.multiple:
+                candidate, tuning, validation = convert_with(rewrite_options)
+        model, padding = candidate.model, None
+        if options.pad.multiple and source.can(Capability.PAD):
             with clock.stage("pad"):
-                rows = [x[: options.pad.proof_samples] for x in data.validation.inputs]
-                padding = pad(rewritten.model, framework, options.pad, rows, precision)
+                rows = [x[: options.pad.proof_samples] for x in inputs]
+                padding = source.pad(candidate.model, options.pad, rows, precision)
                 model = padding.model
         speed = padded_cost = None
         if options.speed:
             with clock.stage("speed"):
                 speed = measure_speed(
-                    loaded.model, model, list(data.validation.inputs), signature=signature, batch=options.speed_batch
+                    {path: (source.runner(source.original, path), source.runner(model, path)) for path in source.paths},
+                    inputs,
+                    batch=options.speed_batch,
+                    memory=(
+                        (lambda rows: source.activation_memory(model, options.speed_batch, rows))
+                        if source.can(Capability.ACTIVATION_MEMORY)
+                        else None
+                    ),
                 )
-                if model is not rewritten.model:  # padded: what its pad/slice ops cost here
+                if model is not candidate.model:  # padded: what its pad/slice ops cost here
+                    serving = source.paths[-1]
                     padded_cost = padding_cost(
-                        rewritten.model,
-                        model,
-                        list(data.validation.inputs),
-                        signature=signature,
+                        source.runner(candidate.model, serving),
+                        source.runner(model, serving),
+                        inputs,
                         batch=options.speed_batch,
                     )
     report = Report(
         policy=precision.name,
-        source=loaded.source(options.load.path),
-        layers=rewritten.plan.as_dicts(),
-        fidelity=rewritten.fidelity.as_dict() if rewritten.fidelity else None,
+        source=source.describe(options.load.path),
+        layers=candidate.plan.as_dicts(),
+        fidelity=candidate.fidelity.as_dict() if candidate.fidelity else None,
         validation=validation.as_dict(),
         thresholds=thresholds,
         finetune=tuning.as_dict() if tuning else None,
@@ -264,12 +279,37 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
             else None
         ),
         slow_kernel=slow[0] if slow else None,
+        skipped=skipped_stages(source, options, data),
         timings=clock.timings,
     )
-    return Converted(model, rewritten.plan, context, loaded, report, read_files(options, data), options.speed_batch)
+    return Converted(model, candidate.plan, source, context, report, read_files(options, data), options.speed_batch)
 
 
-def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:
+def export(
+    source: ModelKind, model: Any, inputs: list[np.ndarray], out: Path, options: ExportOptions
+) -> list[Artifact]:
+    """Every requested artifact of `model` under `out`, each re-run on the first validation rows."""
+    rows = [x[: options.parity_samples] for x in inputs]
+    expected = source.runner(model).run(rows).outputs
+    writers = source.writers(model, rows, expected, out, options)
+    return write_checked(writers, expected, source.output_bytes(model, options.kinds))
+
+
+def bench_onnx(
+    source: ModelKind, converted: Path, inputs: list[np.ndarray], batch: int, opset: int
+) -> Any:  # speed.PathSpeed
+    """The written ONNX file against a float32 ONNX export of the original (one more export, removed after)."""
+    with tempfile.TemporaryDirectory(prefix="mpconvert-bench-onnx-") as tmp:
+        baseline = source.onnx(source.original, Path(tmp) / "float32.onnx", opset)
+        return measure_onnx_speed(
+            OnnxRunner(baseline.export.path, baseline.inputs),
+            OnnxRunner(converted, baseline.inputs),
+            inputs,
+            batch=batch,
+        )
+
+
+def save(converted: Converted, options: SaveOptions, hooks: Hooks = NO_HOOKS) -> tuple[Report, Path]:
     """Write and re-check the artifacts; the output folder appears whole or not at all."""
     with claimed_output(options.out, list(converted.inputs), options.force) as out:
         return _write(converted, out, options, hooks), out
@@ -278,55 +318,46 @@ def save(converted: Converted, options: SaveOptions, hooks: Hooks = Hooks()) -> 
 def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
     # The net under the writers that name what they write: any other OS
     # error (the staging folder, the final rename) is about the output too.
-    if isinstance(converted.model, FrozenGraph):
-        needed = graph_bytes(converted.model, options.export.kinds)
-    else:
-        needed = estimated_bytes(converted.model, options.export.kinds, converted.context.framework)
+    needed = converted.source.output_bytes(converted.model, options.export.kinds)
     with writing(out, "the output folder", needed):
         return _write_staged(converted, out, options, hooks)
 
 
 def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
     clock = _Clock(hooks, dict(converted.report.timings))
-    context = converted.context
-    with converted.loaded.deserialization(), staged_output(out) as staging, reported_at(staging, out):
+    source, context = converted.source, converted.context
+    inputs = list(context.data.validation.inputs)
+    with source.scope(), staged_output(out) as staging, reported_at(staging, out):
         with clock.stage("export"):
-            if isinstance(converted.model, FrozenGraph):
-                artifacts = export_graph(converted.model, list(context.data.validation.inputs), staging, options.export)
-            else:
-                artifacts = export_all(
-                    converted.model,
-                    context.framework,
-                    context.signature,
-                    list(context.data.validation.inputs),
-                    staging,
-                    options.export,
-                )
+            artifacts = export(source, converted.model, inputs, staging, options.export)
         speed = converted.report.speed
-        if options.export.bench_onnx and (staging / "model.onnx").is_file() and context.framework is not None:
+        if options.export.bench_onnx and (staging / "model.onnx").is_file():
             batch = speed["batch"] if speed else converted.speed_batch
             with clock.stage("bench-onnx"):
-                timing = measure_onnx_speed(
-                    context.original,
-                    staging / "model.onnx",
-                    list(context.data.validation.inputs),
-                    signature=context.signature,
-                    batch=batch,
-                    opset=options.export.opset,
-                )
+                timing = bench_onnx(source, staging / "model.onnx", inputs, batch, options.export.opset)
             rows = context.data.validation.rows
             measured = Speed.from_dict(speed) if speed else Speed(probe_hardware().device, batch, rows)
             speed = {**(speed or {}), **measured.with_path("onnx", timing).as_dict()}
         report = dataclasses.replace(
             converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings, speed=speed
         )
-        report.write(staging)
+        write_report(report, staging)
         for name, value in options.attachments:
             write_text(staging / name, json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n", name)
     return report
 
 
-def convert_and_save(options: ConvertOptions, save_options: SaveOptions, hooks: Hooks = Hooks()) -> tuple[Report, Path]:
+def write_report(report: Report, folder: Path) -> Path:
+    """report.json and, beside it, report.html (the same JSON form, rendered)."""
+    stored = report.as_dict()
+    path = report.write_json(folder / REPORT_NAME, stored)
+    write_report_page(stored, folder / REPORT_HTML)
+    return path
+
+
+def convert_and_save(
+    options: ConvertOptions, save_options: SaveOptions, hooks: Hooks = NO_HOOKS
+) -> tuple[Report, Path]:
     """The command line's job: claim the output folder before any work, then convert and write.
 
     A folder that cannot be written, or that another run holds, fails here,

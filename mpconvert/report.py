@@ -38,6 +38,14 @@ _DISTRIBUTIONS = {
 }
 
 
+def mpconvert_version() -> str:
+    """This mpconvert's version ("0+unknown" in a source tree that was never installed)."""
+    try:
+        return metadata.version("mpconvert")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def versions() -> dict[str, str | None]:
     found: dict[str, str | None] = {"python": platform.python_version()}
     for key, names in _DISTRIBUTIONS.items():
@@ -65,6 +73,8 @@ class Report:
     auto_keep: dict | None = None  # what the lint and the search kept float32, and why
     speed: dict | None = None  # the speed (and activation memory) the conversion bought here
     slow_kernel: dict | None = None  # a broken 16-bit kernel found right after the rewrite, and what was done
+    # Stages the options would run that the model's kind cannot do: [{stage, reason}] (omitted when none).
+    skipped: list[dict] = field(default_factory=list)
     artifacts: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict = field(default_factory=versions)
@@ -102,6 +112,7 @@ class Report:
                 "auto_keep": self.auto_keep,
                 "speed": self.speed,
                 "slow_kernel": self.slow_kernel,
+                **({"skipped": self.skipped} if self.skipped else {}),
                 "artifacts": self.artifacts,
                 "versions": self.versions,
                 "timings": {k: round(v, 3) for k, v in self.timings.items()},
@@ -112,16 +123,12 @@ class Report:
         gate = self.gate
         return {"schema_version": SCHEMA_VERSION, "passed": gate.passed, **self._body(), "gate": gate.as_dict()}
 
-    def write(self, folder: Path) -> Path:
-        """report.json and, beside it, report.html (the same JSON form, rendered)."""
-        from .render.html import REPORT_HTML, write_report_page
-
-        path = folder / REPORT_NAME
-        stored = self.as_dict()
+    def write_json(self, path: Path, stored: dict | None = None) -> Path:
+        """report.json at `path` (`stored`: this report's `as_dict()`, when the caller has it already)."""
         # allow_nan=False: a NaN in the report would make it invalid JSON for
         # every strict parser a CI system uses; `json_safe` made them null.
-        write_text(path, json.dumps(stored, indent=2, allow_nan=False) + "\n", "the report")
-        write_report_page(stored, folder / REPORT_HTML)
+        text = json.dumps(stored or self.as_dict(), indent=2, allow_nan=False) + "\n"
+        write_text(path, text, "the report")
         return path
 
 

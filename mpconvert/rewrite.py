@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from .configs import (
-    INPUT_LAYER,
     PROBABILITY_ACTIVATIONS,
     SOFTMAX_ACTIVATIONS,
     activation_name,
@@ -38,6 +37,7 @@ from .configs import (
 )
 from .errors import MpconvertError
 from .fidelity import Fidelity, prove_faithful
+from .formats import INPUT_LAYER
 from .frameworks import Framework
 from .options import RewriteOptions
 from .precision import SIXTEEN_BIT

@@ -7,8 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MpconvertError
-
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -90,36 +88,3 @@ def generate_inputs(model: Any, signature: Signature, rows: int, seed: int) -> l
         else:
             arrays.append(rng.integers(0, _integer_upper_bound(model), size=shape).astype(spec.dtype))
     return arrays
-
-
-def refuse_string_inputs(model: Any, signature: Signature) -> None:
-    """String inputs (StringLookup, TextVectorization) are refused, naming the layers that read them.
-
-    String preprocessing has nothing to compute in 16 bits, and neither
-    ONNX export (tf2onnx has no lookup-table ops) nor `.npz` data (string
-    arrays need pickle) can carry it, so a model must take its integer ids.
-    """
-    from .trace import nodes
-
-    strings = [spec for spec in signature.inputs if spec.dtype == "string"]
-    if not strings:
-        return
-    names = {spec.name for spec in strings}
-    readers = sorted(
-        {
-            f"{node.layer.name!r} ({type(node.layer).__name__})"
-            for node in nodes(model)
-            if any(
-                getattr(t, "_keras_history", [None])[0] is not None and t._keras_history[0].name in names
-                for t in node.inputs
-            )
-        }
-    )
-    spec = strings[0]
-    read = f", read by {', '.join(readers)}" if readers else ""
-    raise MpconvertError(
-        f"input {spec.name!r} is a string tensor{read}: mpconvert converts models on numeric inputs; string "
-        "preprocessing has nothing to compute in 16 bits and does not export to ONNX",
-        hint="apply the string layers in the input pipeline (dataset.map(layer)) and convert the model "
-        "that takes their integer ids",
-    )

@@ -10,6 +10,14 @@ from .frameworks import Framework
 from .trace import is_container
 
 
+def rebuild(framework: Framework, model: Any, config: dict) -> Any:
+    """A new model of `model`'s class from `config`, with all of `model`'s state."""
+    with framework.preserved_global_policy():
+        new = framework.model_from_config(model, config)
+    copy_model_state(framework, model, new)
+    return new
+
+
 def copy_model_state(
     framework: Framework, old: Any, new: Any, renames: dict[str, str] | None = None, prefix: str = ""
 ) -> dict[str, float]:

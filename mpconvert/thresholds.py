@@ -67,11 +67,12 @@ class Thresholds:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def overridden(self, options: GateOptions, measured: dict[str, str] | str | None) -> Thresholds:
+    def overridden(self, options: GateOptions, baseline: Baseline | None = None) -> Thresholds:
         """These thresholds with the ones given on the command line.
 
-        `measured` is each labelled output's metric ({} when nothing is
-        measured); a --baseline must have measured the same.
+        `baseline` is `options.baseline` read back (stored.load_baseline,
+        which checks it measured what this run measures); None keeps this
+        one's.
         """
         numbers = {
             name: getattr(options, name)
@@ -84,14 +85,11 @@ class Thresholds:
                 max_drop, by_output = value, {}
             else:
                 by_output[output] = value
-        from .stored import load_baseline  # reads files; the gate itself judges dicts
-
-        baseline = self.baseline if options.baseline is None else load_baseline(options.baseline, measured)
         return replace(
             self,
             atol=_per_kind(self.atol, options.atol),
             rtol=_per_kind(self.rtol, options.rtol),
-            baseline=baseline,
+            baseline=baseline or self.baseline,
             max_drop=max_drop,
             max_drop_by_output=by_output,
             **numbers,

@@ -14,7 +14,7 @@ import numpy as np
 
 from .data import Split, Task
 from .errors import MpconvertError
-from .signature import output_list
+from .stored import load_baseline
 from .thresholds import Thresholds
 
 if TYPE_CHECKING:
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 # Metrics are compared with this much slack so that a drop exactly equal to
 # the budget (0.96 - 0.95 vs 0.01) passes despite binary float rounding.
 GATE_EPSILON = 1e-9
-PREDICT_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -105,31 +104,6 @@ def choose_metrics(
                 wanted = metric
         chosen.append(choose_metric(wanted, task, y))
     return tuple(chosen)
-
-
-def predict(model: Any, inputs: tuple[np.ndarray, ...] | list[np.ndarray]) -> list[np.ndarray]:
-    feed = list(inputs) if len(inputs) > 1 else inputs[0]
-    outputs = output_list(model, model.predict(feed, batch_size=PREDICT_BATCH, verbose=0))
-    return [np.asarray(o, dtype=np.float32) for o in outputs]
-
-
-# Rows per eager call in `forward`: the activations of one chunk are held at once.
-FORWARD_BATCH = 32
-
-
-def forward(model: Any, inputs: tuple[np.ndarray, ...] | list[np.ndarray]) -> list[np.ndarray]:
-    """`model`'s outputs on `inputs` from eager calls, for comparing two models with each other.
-
-    `predict` traces a tf.function per model (1.5 s of MobileNetV2's), which
-    a proof comparing a rebuild with its source pays twice for a few hundred
-    rows; eager calls run the same kernels for both models, without it.
-    """
-    chunks: list[list[np.ndarray]] = []
-    for start in range(0, len(inputs[0]), FORWARD_BATCH):
-        feed = [x[start : start + FORWARD_BATCH] for x in inputs]
-        outputs = output_list(model, model(feed if len(feed) > 1 else feed[0], training=False))
-        chunks.append([np.asarray(o, dtype=np.float32) for o in outputs])
-    return [np.concatenate(parts) for parts in zip(*chunks)]
 
 
 def class_predictions(task: Task, output: np.ndarray) -> np.ndarray:
@@ -321,12 +295,6 @@ def judge(context: Context, reference: list[np.ndarray], converted: list[np.ndar
     )
 
 
-def validate(context: Context, converted_model: Any) -> Validation:
-    """Compare the converted model with the float32 original on the validation split."""
-    inputs = context.data.validation.inputs
-    return judge(context, predict(context.original, inputs), predict(converted_model, inputs))
-
-
 def judging(options: Any, tasks: tuple[Task, ...], data: Any) -> tuple[tuple[str, ...], Thresholds]:
     """(each output's metric, the thresholds the gate judges by), for a ConvertOptions and the run's data.
 
@@ -344,4 +312,5 @@ def judging(options: Any, tasks: tuple[Task, ...], data: Any) -> tuple[tuple[str
     # The labels decide it too: a sigmoid output with [0, 1] targets is a reconstruction (mse).
     metrics = choose_metrics(options.validate.metric, tasks, data.validation.labels)
     measured = {t.output.name: m for t, m, y in zip(tasks, metrics, data.validation.labels) if y is not None}
-    return metrics, Thresholds.defaults(options.precision).overridden(options.gate, measured)
+    baseline = load_baseline(options.gate.baseline, measured) if options.gate.baseline else None
+    return metrics, Thresholds.defaults(options.precision).overridden(options.gate, baseline)

@@ -535,11 +535,11 @@ def test_output_path_is_a_file(tmp_path):
 def test_failure_while_exporting_leaves_old_output_and_no_staging(tmp_path, monkeypatch):
     import mpconvert.pipeline as pipeline
 
-    def failing_export(model, framework, signature, inputs, staging, options):
+    def failing_export(source, model, inputs, staging, options):
         (staging / "half_written.bin").write_bytes(b"\0" * 10)
         raise MpconvertError("export failed on purpose", hint="none")
 
-    monkeypatch.setattr(pipeline, "export_all", failing_export)
+    monkeypatch.setattr(pipeline, "export", failing_export)
     out = tmp_path / "out"
     out.mkdir()
     (out / "previous.txt").write_text("from an earlier run")

@@ -17,15 +17,12 @@ import tf_keras
 from conftest import invoke
 
 import mpconvert
-from mpconvert.context import Context
-from mpconvert.data import EvalData, Split
 from mpconvert.errors import MpconvertError
 from mpconvert.fidelity import first_difference
 from mpconvert.frameworks import KERAS3, TF_KERAS
 from mpconvert.numerics.lint import lint
 from mpconvert.numerics.search import rank
 from mpconvert.options import RewriteOptions
-from mpconvert.pipeline import tasks_of
 from mpconvert.precision import Precision
 from mpconvert.rewrite import rewrite
 from mpconvert.signature import signature_of
@@ -296,13 +293,10 @@ def test_the_lint_sees_overflow_inside_nested_and_shared_models(shape, planted, 
 def test_the_search_ranks_layers_inside_nested_models(framework):
     K, fw = FRAMEWORKS[framework]
     model = shapes.two_levels(K)
-    x, y = _shape_data("two_levels", model, rows=64)
-    signature = signature_of(model)
-    data = EvalData(Split((x,), y), None, "arrays")
-    context = Context(model, fw, signature, tasks_of(model, signature), "accuracy", data, Precision.of("mixed_float16"))
+    x, _ = _shape_data("two_levels", model, rows=64)
     rewritten = rewrite(model, fw, RewriteOptions("mixed_float16"), [x])
     names = list(rewritten.plan.mixed)
-    scores = dict(rank(context, rewritten.model, names, [x], {"predictions_linear": "predictions"}))
+    scores = dict(rank(model, fw, rewritten.model, names, [x], {"predictions_linear": "predictions"}))
     assert {"backbone/stem", "backbone/block/block_dense", "predictions_linear"} <= set(scores)
     # Each ran alone against its float32 twin: float16 rounding, well above 0 and far below 1.
     for name in ("backbone/stem", "backbone/block/block_dense", "predictions_linear"):

@@ -17,7 +17,9 @@ from conftest import SAMPLES
 from mpconvert.cli import cli
 from mpconvert.context import Context
 from mpconvert.data import EvalData, Split, Task
+from mpconvert.formats import ModelFormat
 from mpconvert.frameworks import KERAS3, TF_KERAS
+from mpconvert.load import Loaded
 from mpconvert.options import FinetuneOptions, RewriteOptions
 from mpconvert.precision import Precision
 from mpconvert.rewrite import rewrite
@@ -38,8 +40,9 @@ def run_finetune(K, framework, model, data, task, metric, policy, **options):
 
     converted = rewrite(model, framework, RewriteOptions(policy), [data.validation.inputs[0][:2]]).model
     before = [w.copy() for w in converted.get_weights()]
-    context = Context(model, framework, signature_of(model), task, metric, data, Precision.of(policy))
-    result = finetune(context, converted, FinetuneOptions(**options))
+    context = Context(signature_of(model), task, metric, data, Precision.of(policy))
+    loaded = Loaded(model, framework, ModelFormat.OBJECT, safe=False)
+    result = finetune(context, loaded, converted, FinetuneOptions(**options))
     return result, converted, before
 
 

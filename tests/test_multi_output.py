@@ -17,9 +17,9 @@ from conftest import SAMPLES, invoke
 import mpconvert
 from mpconvert.batch.results import entry
 from mpconvert.data import load_npz
-from mpconvert.pipeline import tasks_of
+from mpconvert.kinds.keras import tasks_of
+from mpconvert.runners.keras import predict
 from mpconvert.signature import signature_of
-from mpconvert.validate import predict
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 

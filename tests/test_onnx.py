@@ -17,17 +17,12 @@ from onnx_graph import weights_by_node  # noqa: E402
 
 from mpconvert.errors import MpconvertError  # noqa: E402
 from mpconvert.onnx import export as export_mod  # noqa: E402
-from mpconvert.onnx import run as run_mod  # noqa: E402
+from mpconvert.onnx.emulate import promote_16bit_ops  # noqa: E402
 from mpconvert.onnx.export import DEFAULT_OPSET, keras_to_onnx, layer_of, pack_16bit_constants, reject_unconverted_ops  # noqa: E402
 from mpconvert.onnx.repairs import fold_cast_pairs, insert_float32_islands  # noqa: E402
-from mpconvert.onnx.run import (
-    RUNTIME_CPU,
-    RUNTIME_CUDA,
-    RUNTIME_REFERENCE,
-    cuda_usable,
-    promote_16bit_ops,
-    run_onnx,
-)  # noqa: E402
+from mpconvert.runners import onnx as run_mod  # noqa: E402
+from mpconvert.runners.base import RUNTIME_REFERENCE  # noqa: E402
+from mpconvert.runners.onnx import RUNTIME_CPU, RUNTIME_CUDA, cuda_usable, run_onnx  # noqa: E402
 
 KERAS = {"keras3": keras, "tf_keras": tf_keras}
 SIXTEEN_BIT = {"mixed_float16": "FLOAT16", "mixed_bfloat16": "BFLOAT16"}
@@ -447,7 +442,7 @@ def test_unconverted_ops_are_blamed_on_their_own_layers():
     )
     proto = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
     with pytest.raises(MpconvertError) as err:
-        reject_unconverted_ops(proto, model)
+        reject_unconverted_ops(proto, lambda node: layer_of(node, model))
     message = err.value.message
     assert message.index("Erfc (node 'functional_1/act_1/Gelu/Erfc' in layer 'act')") < message.index(
         "StatefulPartitionedCall (node 'functional_1/dw_1/StatefulPartitionedCall' in layer 'dw')"
@@ -509,7 +504,7 @@ def test_running_onnx_does_not_import_tensorflow():
     # Only mpconvert.onnx.export needs TensorFlow and tf2onnx; checking a file
     # must not pay for importing them.
     code = (
-        "import mpconvert.onnx.run, mpconvert.onnx.proto, mpconvert.onnx.repairs, sys; "
+        "import mpconvert.runners.onnx, mpconvert.onnx.proto, mpconvert.onnx.repairs, sys; "
         "assert 'tensorflow' not in sys.modules and 'tf2onnx' not in sys.modules"
     )
     proc = subprocess.run(

@@ -202,7 +202,7 @@ def test_an_unwritable_parent_fails_before_loading(monkeypatch):
     if not sys_refuses_writes():
         pytest.skip("/sys accepts writes here")
     loads = []
-    monkeypatch.setattr(pipeline, "load_model", lambda options: loads.append(options) or 1 / 0)
+    monkeypatch.setattr(pipeline, "open_model", lambda options: loads.append(options) or 1 / 0)
     for out in (Path("/sys/mpconvert-test-out"), Path("/sys/no/such/parent/out")):
         result = invoke(CANCER, *FAST, "--out", out)
         assert result.exit_code == 1, result.output
@@ -374,7 +374,7 @@ def test_a_keras_file_named_h5_says_what_it_is(tmp_path):
 
 @pytest.mark.parametrize("policy,native", [("mixed_float16", True), ("mixed_bfloat16", False)])
 def test_the_report_says_what_really_ran_the_onnx_file(tmp_path, policy, native):
-    from mpconvert.onnx.run import cuda_usable
+    from mpconvert.runners.onnx import cuda_usable
 
     if cuda_usable():
         pytest.skip("a GPU runs both files natively")

@@ -36,7 +36,6 @@ from mpconvert.speed import (
     activation_bytes,
     activation_memory,
     fast_units,
-    measure_onnx_speed,
     measure_speed,
     read_cpu,
     warning_for,
@@ -55,6 +54,13 @@ def dense(K):
     x = K.Input((8,), name="features")
     h = K.layers.Dense(16, activation="relu", name="hidden")(x)
     return K.Model(x, K.layers.Dense(4, name="out")(h), name="dense")
+
+
+def timed_pairs(original, model, paths=("keras", "savedmodel")):
+    """Each speed path's (float32 runner, converted runner), as a Keras model's kind gives them."""
+    from mpconvert.runners.keras import KerasRunner
+
+    return {path: (KerasRunner(original, path=path), KerasRunner(model, path=path)) for path in paths}
 
 
 def converted(K, policy):
@@ -78,7 +84,8 @@ def K(request):
 
 def test_speed_of_both_paths_has_its_numbers_and_an_exact_ratio(K):
     original, model, rows = converted(K, "mixed_bfloat16")
-    speed = measure_speed(original, model, [rows], batch=BATCH, repeats=3, budget_s=0.1)
+    memory = lambda feeds: activation_memory(original, model, BATCH)  # noqa: E731
+    speed = measure_speed(timed_pairs(original, model), [rows], batch=BATCH, memory=memory, repeats=3, budget_s=0.1)
     found = speed.as_dict()
     assert set(found) == {"device", "batch", "rows", "paths", "memory", "summary"}
     assert found["device"].startswith(("CPU: ", "GPU: ", "TPU"))
@@ -96,12 +103,10 @@ def test_speed_of_both_paths_has_its_numbers_and_an_exact_ratio(K):
 def test_speed_batch_is_generated_from_the_inputs_shapes_when_the_data_has_fewer_rows(K):
     # Timing at the data's 20 rows would say little about a serving batch: rows are generated up to it.
     original, model, rows = converted(K, "mixed_float16")
-    speed = measure_speed(
-        original, model, [rows[:20]], batch=48, paths=("keras",), memory=False, repeats=3, budget_s=0.1
-    )
+    speed = measure_speed(timed_pairs(original, model, ("keras",)), [rows[:20]], batch=48, repeats=3, budget_s=0.1)
     assert (speed.batch, speed.rows, list(speed.paths), speed.memory) == (48, 20, ["keras"], None)
     assert "batch 48, the data's 20 rows repeated" in speed.summary
-    exact = measure_speed(original, model, [rows[:20]], batch=20, paths=("keras",), memory=False, repeats=3)
+    exact = measure_speed(timed_pairs(original, model, ("keras",)), [rows[:20]], batch=20, repeats=3)
     assert "batch 20 of all 20 validation rows" in exact.summary
 
 
@@ -110,7 +115,7 @@ def test_an_unknown_path_is_refused():
 
     original, model, rows = converted(keras, "mixed_float16")
     with pytest.raises(ValueError, match="unknown speed path 'tflite'"):
-        measure_speed(original, model, [rows], paths=("tflite",), memory=False)
+        measure_speed(timed_pairs(original, model, ("tflite",)), [rows])
 
 
 def test_speed_round_trips_and_takes_a_later_path():
@@ -170,15 +175,20 @@ def test_a_dynamic_dimension_is_listed_not_guessed():
 def test_onnx_speed_times_the_file_against_a_float32_export(tmp_path, policy):
     import keras
 
-    from mpconvert.artifacts import input_specs
+    from mpconvert.formats import ModelFormat
+    from mpconvert.frameworks import KERAS3
+    from mpconvert.kinds.keras import KerasKind
+    from mpconvert.load import Loaded
     from mpconvert.onnx.export import keras_to_onnx
-    from mpconvert.onnx.run import cuda_usable
+    from mpconvert.pipeline import bench_onnx
+    from mpconvert.runners.keras import input_specs
+    from mpconvert.runners.onnx import cuda_usable
     from mpconvert.signature import signature_of
 
     original, model, rows = converted(keras, policy)
     path = tmp_path / "model.onnx"
     keras_to_onnx(model, input_specs(signature_of(model)), path)
-    timing = measure_onnx_speed(original, path, [rows], batch=BATCH, repeats=3, budget_s=0.1)
+    timing = bench_onnx(KerasKind(Loaded(original, KERAS3, ModelFormat.OBJECT, False)), path, [rows], BATCH, 17)
     assert timing.float32_ms > 0 and timing.runtime.startswith("onnxruntime:")
     assert list(tmp_path.iterdir()) == [path]  # the float32 export was temporary
     if policy == "mixed_bfloat16" and not cuda_usable():
@@ -492,8 +502,8 @@ def test_old_thresholds_load_and_the_option_overrides_them():
     old = {k: v for k, v in thresholds().as_dict().items() if k != "min_speedup"}
     loaded = Thresholds.from_dict(old)
     assert loaded.min_speedup is None
-    assert loaded.overridden(GateOptions(min_speedup=1.2), "accuracy").min_speedup == 1.2
-    assert thresholds(min_speedup=1.5).overridden(GateOptions(), "accuracy").min_speedup == 1.5  # stored value kept
+    assert loaded.overridden(GateOptions(min_speedup=1.2)).min_speedup == 1.2
+    assert thresholds(min_speedup=1.5).overridden(GateOptions()).min_speedup == 1.5  # stored value kept
     with pytest.raises(MpconvertError, match="min_speedup=0"):
         GateOptions(min_speedup=0)
 

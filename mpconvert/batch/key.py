@@ -34,9 +34,9 @@ def file_digest(path: Path) -> str:
 
 
 def _mpconvert_version() -> str:
-    from .. import __version__
+    from ..report import mpconvert_version
 
-    return __version__
+    return mpconvert_version()
 
 
 def job_key(job: Job) -> str:

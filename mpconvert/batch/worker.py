@@ -52,8 +52,9 @@ def _die_with_parent(parent: int) -> None:
 def run(spec: dict) -> dict:
     """Convert one job; returns {status, message, exit_code}."""
     from ..api import conversion_options, export_options
+    from ..hooks import Hooks
     from ..options import SaveOptions
-    from ..pipeline import Hooks, convert_and_save
+    from ..pipeline import convert_and_save
 
     options = conversion_options(spec["model"], spec["policy"], **spec["keywords"])
     stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}

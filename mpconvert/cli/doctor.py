@@ -45,8 +45,8 @@ def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserial
         from ..render import render_doctor, render_model_timing
 
         if model is not None:
+            from ..doctor import time_model
             from ..options import LoadOptions
-            from ..speed.model_timing import time_model
 
             load = LoadOptions(model, unsafe_deserialization, tuple(imports))
             found, show = time_model(load, speed_batch, budget), render_model_timing

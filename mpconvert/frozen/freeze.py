@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MpconvertError
+from ..runners.graphdef import GraphDefRunner
 from ..signature import Signature, TensorSpec
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -47,46 +48,31 @@ class FrozenGraph:
         return replace(self, graph_def=graph_def, source=None)
 
     @functools.cached_property
-    def serving(self):
-        """`function()` for the signature's outputs, imported once per FrozenGraph (each import copies the graph)."""
-        return self.function()
+    def runner(self) -> GraphDefRunner:
+        """Runs the graph in memory (the serving function imported once per FrozenGraph)."""
+        return GraphDefRunner(self.graph_def, self.input_tensors, self.output_tensors, self.output_names)
 
-    def function(self, tensors: tuple[str, ...] | None = None):
-        """The graph as a callable on tensors (one per input, in order) returning a list of tensors.
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(spec.name for spec in self.outputs)
 
-        `tensors` are the ones to return ("node:0"); the signature's outputs by default.
-        """
+    def predict(self, inputs: list[np.ndarray] | tuple[np.ndarray, ...], tensors: tuple[str, ...] | None = None):
+        """The outputs (or `tensors`, "node:0") on every row, as float32 arrays."""
+        return self.runner.run(inputs, tensors).outputs
+
+    def signature_outputs(self, rows: list[np.ndarray]) -> list[np.ndarray]:
+        """The loaded SavedModel's own signature on `rows`: what the frozen graph must reproduce."""
         import tensorflow as tf
 
-        graph_def = self.graph_def
-        wrapped = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(graph_def, name=""), [])
-        graph = wrapped.graph
-        return wrapped.prune(
-            [graph.get_tensor_by_name(n) for n in self.input_tensors],
-            [graph.get_tensor_by_name(n) for n in (tensors or self.output_tensors)],
-        )
-
-    def predict(
-        self,
-        inputs: list[np.ndarray] | tuple[np.ndarray, ...],
-        batch: int = 256,
-        tensors: tuple[str, ...] | None = None,
-    ) -> list[np.ndarray]:
-        import tensorflow as tf
-
-        fn = self.function(tensors) if tensors else self.serving
-        chunks = []
-        for start in range(0, len(inputs[0]), batch):
-            feeds = [tf.constant(x[start : start + batch]) for x in inputs]
-            chunks.append([np.asarray(o, dtype=np.float32) for o in fn(*feeds)])
-        return [np.concatenate(parts) for parts in zip(*chunks)]
+        result = self.source(**{spec.name: tf.constant(x) for spec, x in zip(self.inputs, rows)})
+        return [np.asarray(result[spec.name], dtype=np.float32) for spec in self.outputs]
 
     def save(self, path: Path) -> None:
         """A SavedModel whose `signature_name` takes and returns what the original's did, by name."""
         import tensorflow as tf
 
         module = tf.Module()
-        module.graph = self.serving
+        module.graph = self.runner.serving
         names = [spec.name for spec in self.inputs]
         keys = [spec.name for spec in self.outputs]
         specs = [tf.TensorSpec(spec.shape, spec.dtype, name=spec.name) for spec in self.inputs]
@@ -105,12 +91,6 @@ def _named_signature(names: list[str]):
 
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
     return inspect.Signature(params)
-
-
-def is_graph_savedmodel(path: Path) -> bool:
-    """A SavedModel folder without Keras metadata: converted at graph level."""
-    path = Path(path)
-    return path.is_dir() and (path / "saved_model.pb").is_file() and not (path / "keras_metadata.pb").is_file()
 
 
 def load_frozen(path: Path, signature_name: str | None = None) -> FrozenGraph:

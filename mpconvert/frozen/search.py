@@ -58,6 +58,7 @@ def rank_nodes(
 
 def search_nodes(
     context: Context,
+    original: FrozenGraph,
     converted: FrozenGraph,
     decisions: list[NodeDecision],
     rewrite_keeping: Callable[[list[str]], FrozenGraph],
@@ -68,7 +69,7 @@ def search_nodes(
 ) -> Search:
     """The fewest allow nodes to keep float32 so that `verdict` passes; `rewrite_keeping(kept)` rewrites."""
     started = time.perf_counter()
-    ranking = rank_nodes(context.original, converted, decisions, rows)
+    ranking = rank_nodes(original, converted, decisions, rows)
     inputs = context.data.validation.inputs
 
     def predict_keeping(kept: list[str]) -> list[np.ndarray]:

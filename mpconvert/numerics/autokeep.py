@@ -17,11 +17,12 @@ import numpy as np
 from ..configs import model_class, model_config
 from ..context import Context
 from ..gate import validation_checks
-from ..options import LINT_ROWS, AutoKeepOptions, RewriteOptions
+from ..load import Loaded
+from ..options import LINT_ROWS, RewriteOptions
 from ..rewrite import Plan, Rewritten, plan_conversion
 from ..thresholds import Thresholds
 from .lint import Lint, lint
-from .search import Search, search
+from .search import Search, Verdict, search
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,15 @@ class AutoKeep:
     mode: str
     lint: Lint | None = None
     search: Search | None = None
+    note: str | None = None  # what the lint and the search work on, where they are not Keras layers
 
     def as_dict(self) -> dict:
-        return {
+        found = {
             "mode": self.mode,
             "lint": self.lint.as_dict() if self.lint else None,
             "search": self.search.as_dict() if self.search else None,
         }
+        return {**found, "note": self.note} if self.note else found
 
 
 def _original_names(plan: Plan) -> dict[str, str]:
@@ -44,13 +47,13 @@ def _original_names(plan: Plan) -> dict[str, str]:
     return {name: split.get(name, name) for name in plan.mixed}
 
 
-def keep_by_lint(context: Context, options: RewriteOptions) -> tuple[Lint, RewriteOptions]:
+def keep_by_lint(context: Context, loaded: Loaded, options: RewriteOptions) -> tuple[Lint, RewriteOptions]:
     """Lint the float32 model; the rewrite options with what it flags kept float32."""
-    original = context.original
+    original = loaded.model
     plan = plan_conversion(model_config(original), model_class(original), options)
     candidates = set(_original_names(plan).values())
     rows = [x[:LINT_ROWS] for x in context.data.validation.inputs]
-    found = lint(original, context.framework, context.precision, rows, candidates)
+    found = lint(original, loaded.framework, context.precision, rows, candidates)
     return found, dataclasses.replace(options, auto_keep=options.auto_keep + tuple(found.keep.items()))
 
 
@@ -70,27 +73,22 @@ def search_reason(before: dict, after: dict) -> str:
 
 def keep_by_search(
     context: Context,
+    loaded: Loaded,
     rewritten: Rewritten,
     options: RewriteOptions,
-    thresholds: Thresholds,
-    auto: AutoKeepOptions,
-    smoke: list[np.ndarray],
+    verdict: Verdict,
+    budget: float,
+    reference: list[np.ndarray],
     before: dict,
 ) -> tuple[Search, RewriteOptions]:
-    """Search for the layers to keep; the rewrite options with them kept (unchanged if none passes)."""
-    original = context.original
+    """Search for the layers to keep; the rewrite options with them kept (unchanged if none passes).
+
+    `reference` is the float32 model's outputs on the validation rows,
+    `before` the validation that failed.
+    """
     names = _original_names(rewritten.plan)
-    found = search(
-        context,
-        rewritten.plan,
-        model_config(original),
-        model_class(original),
-        lambda v: passes(v, thresholds),
-        auto.search_budget,
-        smoke,
-        rewritten.model,
-        names,
-    )
+    smoke = [x[:2] for x in context.data.validation.inputs]
+    found = search(context, loaded, rewritten.plan, verdict, budget, smoke, rewritten.model, names, reference)
     if found.validation is None:
         return found, options
     reason = search_reason(before, found.validation)

@@ -31,11 +31,15 @@ from typing import Any
 
 import numpy as np
 
+from ..configs import model_class, model_config
 from ..context import Context
+from ..frameworks import Framework
+from ..load import Loaded
 from ..options import MAX_SEARCH_SHARE
 from ..rewrite import Plan, rebuild_with
+from ..runners.keras import predict
 from ..trace import Call, layer_at, trace
-from ..validate import judge, predict
+from ..validate import judge
 
 Verdict = Callable[[dict], bool]  # a trial's validation (JSON form) -> passes the gate's checks
 
@@ -74,7 +78,8 @@ def _float32_twin(layer: Any) -> Any:
 
 
 def rank(
-    context: Context,
+    original: Any,
+    framework: Framework,
     mixed_model: Any,
     names: list[str],
     rows: list[np.ndarray],
@@ -92,7 +97,7 @@ def rank(
     """
     originals = originals or {}
     first_calls: dict[str, Call] = {}
-    for call in trace(context.original, rows):
+    for call in trace(original, rows):
         first_calls.setdefault(call.path, call)
     scores = []
     for name in names:
@@ -103,7 +108,7 @@ def rank(
             layer16 = layer_at(mixed_model, name)
             twin = _float32_twin(layer16)
             twin(*call.args, **call.kwargs)
-            context.framework.copy_layer_state(layer16, twin)
+            framework.copy_layer_state(layer16, twin)
             out32 = np.asarray(_as_list(twin(*call.args, **call.kwargs))[0], dtype=np.float64)
             out16 = np.asarray(_as_list(layer16(*call.args, **call.kwargs))[0], dtype=np.float64)
         except Exception:  # a layer that needs its neighbours (masks, states): no score
@@ -154,27 +159,31 @@ def smallest_set(
 
 def search(
     context: Context,
+    loaded: Loaded,
     plan: Plan,
-    config: dict,
-    model_class: str,
     verdict: Verdict,
     budget: float,
     smoke: list[np.ndarray],
     mixed_model: Any,
-    originals: dict[str, str] | None = None,
+    originals: dict[str, str] | None,
+    reference: list[np.ndarray],
 ) -> Search:
-    """The smallest set of plan layers to keep float32 so that `verdict` passes."""
+    """The smallest set of plan layers to keep float32 so that `verdict` passes.
+
+    `reference` is the float32 model's outputs on the validation rows.
+    """
     started = time.perf_counter()
+    original, framework = loaded.model, loaded.framework
+    config, cls = model_config(original), model_class(original)
     candidates = list(plan.mixed)
     rows = [x[:256] for x in context.data.validation.inputs]
-    ranking = rank(context, mixed_model, candidates, rows, originals)
+    ranking = rank(original, framework, mixed_model, candidates, rows, originals)
 
     def predict_keeping(kept: list[str]) -> list[np.ndarray]:
         mixed = set(candidates) - set(kept)
-        model = rebuild_with(context.original, context.framework, config, model_class, plan, mixed, smoke)
+        model = rebuild_with(original, framework, config, cls, plan, mixed, smoke)
         return predict(model, context.data.validation.inputs)
 
-    reference = predict(context.original, context.data.validation.inputs)
     return search_ranked(context, ranking, predict_keeping, reference, verdict, budget, started)
 
 

@@ -52,7 +52,8 @@ def layer_of(node_name, model):
 _CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
 
 
-def reject_unconverted_ops(proto, model):
+def reject_unconverted_ops(proto, unit_of):
+    """Refuse ops tf2onnx left unconverted, naming each with its unit (`unit_of(node name)`: a layer, a node)."""
     # process_tf_graph runs with continue_on_error=True, as from_function
     # has it: ops tf2onnx cannot map stay in the graph under their TensorFlow
     # op type, so that all of them can be named here with their layers.
@@ -67,9 +68,9 @@ def reject_unconverted_ops(proto, model):
     ops = sorted(first, key=lambda op: (op in _CALL_OPS, op))
     blamed = []
     for op in ops:
-        layer = layer_of(first[op].name, model)
+        layer = unit_of(first[op].name)
         blamed.append(f"{op} (node '{first[op].name}'" + (f" in layer '{layer}')" if layer else ")"))
-    layer = layer_of(first[ops[0]].name, model)
+    layer = unit_of(first[ops[0]].name)
     hint = "use --export savedmodel"
     if layer:
         hint += f", or --keep-float32 {layer} if the op only fails in 16-bit"
@@ -91,8 +92,8 @@ def check_inputs(proto, specs):
         )
 
 
-def check(proto, model):
-    """Check the model; returns it serialized.
+def check(proto, unit_of):
+    """Check the model; returns it serialized. `unit_of(node name)` names what to keep float32 for a bad node.
 
     Serialized once for the size limit, the checker and the file: upb's
     ByteSize, check_model and onnx.save each serialize the whole model.
@@ -112,7 +113,7 @@ def check(proto, model):
         onnx.checker.check_model(data, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         msg = first_line(exc, limit=1000)
-        layer = next((layer_of(n.name, model) for n in proto.graph.node if n.name and n.name in msg), None)
+        layer = next((unit_of(n.name) for n in proto.graph.node if n.name and n.name in msg), None)
         hint = "use --export savedmodel" + (f", or --keep-float32 {layer}" if layer else "")
         raise MpconvertError(f"the converted ONNX graph is invalid: {msg}", hint=hint) from exc
     return data

@@ -76,14 +76,18 @@ def keras_to_onnx(
     output_names = _output_names(model)
 
     proto, tf_dtypes, patched = _convert(model, specs, output_names, opset)
-    reject_unconverted_ops(proto, model)
+
+    def unit_of(node_name):
+        return layer_of(node_name, model)
+
+    reject_unconverted_ops(proto, unit_of)
     check_inputs(proto, specs)
 
-    return _finish(proto, tf_dtypes, patched, model, path, opset)
+    return _finish(proto, tf_dtypes, patched, unit_of, path, opset)
 
 
-def _finish(proto, tf_dtypes, patched: bool, model, path: pathlib.Path, opset: int) -> OnnxExport:
-    """Repair, check and write the converted graph; `model` is where a failing op's layer is looked up."""
+def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset: int) -> OnnxExport:
+    """Repair, check and write the converted graph; `unit_of(node name)` names a failing node's layer or node."""
     repairs: list[str] = []
     if tf.bfloat16 in tf_dtypes:
         if patched:
@@ -97,7 +101,7 @@ def _finish(proto, tf_dtypes, patched: bool, model, path: pathlib.Path, opset: i
             repairs.extend(retype_float16_as_bfloat16(proto))
     for repair in REPAIRS:
         repairs.extend(repair(proto))
-    data = check(proto, model)
+    data = check(proto, unit_of)
 
     replace_atomically(path, data, "the ONNX file")  # the bytes onnx.save writes
 
@@ -113,17 +117,14 @@ def _finish(proto, tf_dtypes, patched: bool, model, path: pathlib.Path, opset: i
     )
 
 
-class _NoLayers:
-    """What the ONNX checks look layers up in, for a graph that has none."""
-
-    layers: list = []
-
-
-def graph_to_onnx(graph_def, input_tensors, output_tensors, path: pathlib.Path, *, opset: int = DEFAULT_OPSET):
-    """A frozen (and rewritten) GraphDef to a checked ONNX file: the graph-level path's export.
+def graph_to_onnx(
+    graph_def, input_tensors, output_tensors, path: pathlib.Path, *, opset: int = DEFAULT_OPSET, unit_of=lambda n: None
+):
+    """A frozen (and rewritten) GraphDef to a checked ONNX file: the graph-level kind's export.
 
     Inputs and outputs keep the GraphDef's tensor names ("x:0"); bfloat16
-    ops are mapped as for Keras models.
+    ops are mapped as for Keras models. `unit_of(node name)` names the node
+    to keep float32 when a node fails.
     """
     import tf2onnx
 
@@ -137,8 +138,8 @@ def graph_to_onnx(graph_def, input_tensors, output_tensors, path: pathlib.Path, 
         return proto
 
     proto, patched = _quietly(convert, "the graph")
-    reject_unconverted_ops(proto, _NoLayers())
-    return _finish(proto, graph_dtypes(graph_def), patched, _NoLayers(), path, opset)
+    reject_unconverted_ops(proto, unit_of)
+    return _finish(proto, graph_dtypes(graph_def), patched, unit_of, path, opset)
 
 
 def _quietly(convert, what: str, lean: bool = False):

@@ -12,7 +12,9 @@ from ..configs import model_config, policy_name
 from ..frameworks import Framework
 from ..options import PadOptions
 from ..precision import SIXTEEN_BIT, Precision
-from ..validate import forward, max_abs_diff
+from ..runners.keras import forward
+from ..state import rebuild
+from ..validate import max_abs_diff
 from .apply import apply_padding
 from .live import as_functional, plan_model_padding
 
@@ -44,7 +46,7 @@ def _float32_twin(model: Any, framework: Framework) -> Any:
                 strip(item)
 
     strip(config)
-    return framework.rebuild(model, config)
+    return rebuild(framework, model, config)
 
 
 def pad(

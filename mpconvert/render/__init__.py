@@ -22,7 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..formats import units_of
 from ..gate import PARITY, layer_counts
+from ..hooks import Hooks
 from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
 from .common import Live, console_for, format_bytes, format_number, row
@@ -69,7 +71,8 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
     console.print(f"[bold]mpconvert[/] {describe_source(report['source'])} -> {report['policy']}")
     counts = layer_counts(report)
     pinned = counts.kept
-    console.print(f"  layers: {counts.converted} converted to {report['policy']}, {len(pinned)} kept float32")
+    units = units_of(report["source"].get("format"))
+    console.print(f"  {units}: {counts.converted} converted to {report['policy']}, {len(pinned)} kept float32")
     for layer in pinned[:8]:
         console.print(f"    {layer['name']} ({layer['class_name']}): {layer['pinned']}")
     if len(pinned) > 8:
@@ -303,10 +306,11 @@ def _harm(v: dict, digits: int) -> str | None:
 
 
 def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
-    """`mpconvert inspect`: the per-layer policy table, then the padding table."""
+    """`mpconvert inspect`: the per-layer (or per-node) policy table, then the padding table."""
     console = console_for(stream or sys.stdout)
+    unit = units_of(inspection.source.get("format"))[:-1]
     table = Table(title=f"{describe_source(inspection.source)} -> {inspection.policy}")
-    for column in ("layer", "class", "policy", "kept float32 because"):
+    for column in (unit, "class", "policy", "kept float32 because"):
         table.add_column(column, no_wrap=True)
     padding = inspection.padding
     for d in inspection.layers:
@@ -315,7 +319,7 @@ def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
     lint = getattr(inspection, "lint", None)
     if lint is not None and lint.findings:
         table = Table(title=f"Numeric lint on {lint.rows} rows: what {inspection.policy} would break")
-        for column in ("layer", "finding", "numbers"):
+        for column in (unit, "finding", "numbers"):
             table.add_column(column, no_wrap=True)
         for f in lint.findings:
             table.add_row(f.layer, f.kind, f.message)
@@ -342,9 +346,7 @@ def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
 class LiveDisplay(Live):
     """Stage names and a fine-tuning progress bar."""
 
-    def hooks(self):
-        from ..pipeline import Hooks
-
+    def hooks(self) -> Hooks:
         if not self.progress:
             return Hooks(warning=self._warn if not self.quiet else lambda text: None)
         return Hooks(stage=self._stage, finetune_step=self._step, warning=self._warn)

@@ -21,6 +21,7 @@ from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
+from ..formats import units_of
 from ..gate import PARITY, layer_counts
 from ..writing import replace_atomically
 from . import describe_source, parity_limits, speed_line
@@ -262,7 +263,7 @@ def report_page(report: dict) -> str:
             failed=[c["name"] for c in gate["checks"] if not c["passed"]],
             counts=counts,
             layers=_layers(report),
-            units="Nodes" if report["source"].get("format") == "graph" else "Layers",
+            units=units_of(report["source"].get("format")).capitalize(),
             auto=auto,
             sensitivity=sensitivity,
             metric_charts=metric_charts(report, budgets),

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from ..errors import first_line
+from ..runners.keras import KerasRunner
 from .timing import median_ms
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -84,12 +85,7 @@ def _runner(case: str, policy: str) -> tuple[Any, Any]:
     model = keras.Model(inputs, stack(inputs, keras.DTypePolicy(policy)))
     shape = (batch, *inputs.shape[1:])
     x = tf.random.stateless_normal(shape, seed=(0, 1))
-    traced = tf.function(lambda v: model(v, training=False))
-
-    def run():
-        return traced(x).numpy()  # .numpy(): wait for the device
-
-    return run, x
+    return KerasRunner(model).timer([x]), x
 
 
 def bench_layers(cases: tuple[str, ...] | None = None, repeats: int = REPEATS, budget_s: float = BUDGET_S) -> dict:

@@ -5,33 +5,32 @@ process, through the same path, on the same rows:
 
     ratio = float32_ms / converted_ms    (above 1: the converted model is faster)
 
-`measure_speed` times the Keras call and the SavedModel serving function
-(both models traced in memory); `measure_onnx_speed` the converted .onnx
+`measure_speed` times each path's pair of runners (runners/: the Keras
+call and the SavedModel serving function traced in memory, or a frozen
+graph's serving function); `measure_onnx_speed` the converted .onnx
 against a float32 export of the original, in ONNX Runtime (--bench-onnx).
 """
 
 from __future__ import annotations
 
-import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ..errors import first_line
-from ..options import DEFAULT_OPSET, DEFAULT_SPEED_BATCH
-from ..signature import Signature, signature_of
+from ..options import DEFAULT_SPEED_BATCH
+from ..runners.base import Runner
+from ..runners.onnx import OnnxRunner, missing_kernel
 from .hardware import Hardware, probe_hardware
-from .memory import activation_memory
-from .timing import BUDGET_S, REPEATS, SPEED_PATHS, median_ms, path_runner, rounded_ms
+from .timing import BUDGET_S, REPEATS, median_ms, rounded_ms
 
 # The default serving batch (--speed-batch): at 64 rows a mixed_bfloat16
 # Dense(4096)x2 read 1.12x over float32 where it served 2.04x at 256.
 SPEED_BATCH = DEFAULT_SPEED_BATCH
 
 
-def serving_rows(original: Any, signature: Signature, inputs: list | tuple, batch: int) -> list:
+def serving_rows(inputs: Sequence[np.ndarray], batch: int) -> list[np.ndarray]:
     """`batch` rows to time: the first validation rows, or, when there are fewer, those rows repeated.
 
     Repeating real rows keeps every value valid for the model (token ids
@@ -125,48 +124,38 @@ class Speed:
 
 
 def measure_speed(
-    original: Any,
-    converted: Any,
-    inputs: list | tuple,
+    paths: Mapping[str, tuple[Runner, Runner]],
+    inputs: Sequence[np.ndarray],
     *,
-    signature: Signature | None = None,
     batch: int = SPEED_BATCH,
-    paths: tuple[str, ...] = SPEED_PATHS,
-    memory: bool = True,
+    memory: Callable[[list[np.ndarray]], dict | None] | None = None,
     hardware: Hardware | None = None,
     repeats: int = REPEATS,
     budget_s: float = BUDGET_S,
 ) -> Speed:
-    """Inference time of `converted` against the float32 `original`, per path, at `batch` rows (`serving_rows`).
+    """Inference time of the converted model against the float32 original, per path, at `batch` rows.
 
-    `inputs` are the validation inputs (one array per model input). Both
-    models run through the same path on the same tensors, taking turns.
-    With `memory`, the activation memory at that batch is added.
+    `paths` maps each path to (the original's runner, the converted model's);
+    `inputs` are the validation inputs (one array per model input), of
+    which `serving_rows` takes `batch`. Both runners of a path take turns
+    on the same rows. `memory(rows)`, where given, adds the activation memory.
     """
-    import tensorflow as tf
-
-    signature = signature or signature_of(original)
     rows = len(inputs[0])
-    n = batch
-    feeds = [tf.constant(x) for x in serving_rows(original, signature, inputs, batch)]
+    feeds = serving_rows(inputs, batch)
     timed = {}
-    for path in paths:
-        runs = {
-            name: path_runner(path, model, signature, feeds)
-            for name, model in (("float32", original), ("converted", converted))
-        }
+    for path, (original, converted) in paths.items():
+        runs = {"float32": original.timer(feeds), "converted": converted.timer(feeds)}
         ms = median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1)
-        timed[path] = PathSpeed(rounded_ms(ms["float32"]), rounded_ms(ms["converted"]), "tensorflow")
-    found = activation_memory(original, converted, n, inputs=feeds, signature=signature) if memory else None
-    return Speed((hardware or probe_hardware()).device, n, rows, timed, found)
+        timed[path] = PathSpeed(rounded_ms(ms["float32"]), rounded_ms(ms["converted"]), original.runtime)
+    found = memory(feeds) if memory else None
+    return Speed((hardware or probe_hardware()).device, batch, rows, timed, found)
 
 
 def padding_cost(
-    unpadded: Any,
-    padded: Any,
-    inputs: list | tuple,
+    unpadded: Runner,
+    padded: Runner,
+    inputs: Sequence[np.ndarray],
     *,
-    signature: Signature,
     batch: int = SPEED_BATCH,
     repeats: int = REPEATS,
     budget_s: float = BUDGET_S,
@@ -176,12 +165,8 @@ def padding_cost(
     Padding is for the target's Tensor Cores (multiples of 8 in float16),
     so it is kept even where it costs here; this says how much it does.
     """
-    import tensorflow as tf
-
-    feeds = [tf.constant(x) for x in serving_rows(unpadded, signature, inputs, batch)]
-    runs = {
-        name: path_runner("savedmodel", m, signature, feeds) for name, m in (("unpadded", unpadded), ("padded", padded))
-    }
+    feeds = serving_rows(inputs, batch)
+    runs = {"unpadded": unpadded.timer(feeds), "padded": padded.timer(feeds)}
     ms = median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1)
     cost = ms["padded"] / ms["unpadded"] if ms["unpadded"] else None
     summary = (
@@ -200,50 +185,31 @@ def padding_cost(
 
 
 def measure_onnx_speed(
-    original: Any,
-    converted_onnx: Path,
-    inputs: list | tuple,
+    baseline: OnnxRunner,
+    converted: OnnxRunner,
+    inputs: Sequence[np.ndarray],
     *,
-    signature: Signature | None = None,
     batch: int = SPEED_BATCH,
-    opset: int = DEFAULT_OPSET,
     repeats: int = REPEATS,
     budget_s: float = BUDGET_S,
 ) -> PathSpeed:
-    """The converted ONNX file against a float32 export of `original`, in ONNX Runtime.
+    """The converted ONNX file against a float32 export of the original, in ONNX Runtime.
 
-    Costs one more ONNX export (a temporary file, removed). Runs on CUDA
-    where it really loads, else CPU. A file the provider has no kernels for
-    (bfloat16 on the CPU provider) is reported as such and not timed: an
-    emulated copy would time float32 arithmetic with extra casts.
+    Runs on CUDA where it really loads, else CPU. A file the provider has no
+    kernels for (bfloat16 on the CPU provider) is reported as such and not
+    timed: an emulated copy would time float32 arithmetic with extra casts.
     """
-    import onnxruntime as ort
-
-    from ..artifacts import input_specs
-    from ..onnx.export import keras_to_onnx
-    from ..onnx.run import missing_kernel, session_providers
-
-    signature = signature or signature_of(original)
-    feeds = {spec.name: x for spec, x in zip(signature.inputs, serving_rows(original, signature, inputs, batch))}
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    providers = session_providers()
-    with tempfile.TemporaryDirectory(prefix="mpconvert-bench-onnx-") as tmp:
-        baseline = Path(tmp) / "float32.onnx"
-        keras_to_onnx(original, input_specs(signature), baseline, opset=opset)
-        reference = ort.InferenceSession(str(baseline), options, providers=providers)
-    runtime = "onnxruntime:" + reference.get_providers()[0]
-    runs = {"float32": lambda: reference.run(None, feeds)}
+    feeds = serving_rows(inputs, batch)
+    runtime = baseline.runtime
+    runs = {"float32": baseline.timer(feeds)}
     note = None
     try:
-        session = ort.InferenceSession(str(converted_onnx), options, providers=providers)
-        session.run(None, feeds)
-        runs["converted"] = lambda: session.run(None, feeds)
+        runs["converted"] = converted.timer(feeds)
     except Exception as exc:  # ONNX Runtime's own exception classes
         if not missing_kernel(exc):
             raise
         note = (
-            f"{Path(converted_onnx).name} does not run as written on {runtime} ({first_line(exc, 200)}); "
+            f"{converted.path.name} does not run as written on {runtime} ({first_line(exc, 200)}); "
             "not timed on an emulated copy, which would time float32 arithmetic"
         )
     ms = median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1)

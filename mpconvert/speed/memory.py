@@ -8,7 +8,6 @@ from typing import Any
 
 from ..signature import Signature, signature_of
 from ..trace import graph_of, is_container, nodes
-from .timing import path_runner
 
 COMPUTED = "computed from layer output shapes and dtypes"
 
@@ -70,7 +69,9 @@ def activation_memory(
 
     if inputs is not None and tf.config.list_physical_devices("GPU"):
         signature = signature or signature_of(original)
-        f32, conv = (_peak_gpu_bytes(path_runner("keras", m, signature, inputs)) for m in (original, converted))
+        from ..runners.keras import KerasRunner
+
+        f32, conv = (_peak_gpu_bytes(KerasRunner(m, signature).timer(inputs)) for m in (original, converted))
         method = (
             f"measured: peak GPU memory of one forward pass at batch {batch} (tf.config.experimental.get_memory_info)"
         )

@@ -1,13 +1,10 @@
-"""The timer, and one call of a model through a path, as the measurements time it."""
+"""The timer every speed figure comes from: callables taking turns, the median of their wall times."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
-
-from ..signature import Signature
 
 SPEED_PATHS = ("keras", "savedmodel")
 # Timing per path: both models take turns, median of up to REPEATS runs
@@ -52,35 +49,3 @@ def rounded_ms(value: float) -> float:
     # Rounded once, before the ratio is taken, so that the report's ratio is
     # exactly its float32_ms / converted_ms.
     return round(value, 3)
-
-
-def fetch(outputs: Any) -> None:
-    # Copy the outputs to the host: a GPU returns before it has finished.
-    import tensorflow as tf
-
-    for tensor in tf.nest.flatten(outputs):
-        tensor.numpy()
-
-
-def path_runner(path: str, model: Any, signature: Signature, feeds: list) -> Callable[[], None]:
-    """One call of `model` on `feeds` through `path`, traced once.
-
-    A graph-level model (frozen.freeze.FrozenGraph) runs one way whatever the
-    path: its imported serving graph, which its exported SavedModel serves.
-    """
-    import tensorflow as tf
-
-    from ..artifacts import input_specs, serving_fn
-    from ..frozen.freeze import FrozenGraph
-
-    if isinstance(model, FrozenGraph):
-        fn = model.serving
-    elif path == "keras":
-        fn = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
-    elif path == "savedmodel":
-        # What the exported SavedModel's signature runs, traced in memory:
-        # the same function write_savedmodel hands to the export archive.
-        fn = tf.function(serving_fn(model, signature), input_signature=input_specs(signature))
-    else:
-        raise ValueError(f"unknown speed path {path!r}; known: {', '.join(SPEED_PATHS)}")
-    return lambda: fetch(fn(*feeds))

@@ -1,66 +1,38 @@
-"""Run an ONNX file, on ONNX Runtime where it can, without TensorFlow.
+"""An ONNX file on ONNX Runtime: the one place that opens ONNX Runtime sessions and chooses providers.
 
 ONNX Runtime's CPU provider has almost no bfloat16 kernels (no MatMul, no
 Relu). `run_onnx` then runs a copy of the graph in which each 16-bit op
-computes in float32 and rounds its result back (`promote_16bit_ops`), on
-ONNX Runtime. onnx.reference is the last resort only: it is fast enough on
-these graphs (MobileNetV2 224x224, batch 4: 2.4 s vs 0.3 s emulated, on 2
-cores) but stacks Loop scan outputs wrongly (np.vstack), so Keras 3 RNNs in
-16-bit come back with the wrong shape, and its numpy bfloat16 arithmetic
-accumulates in bfloat16.
+computes in float32 and rounds its result back (`onnx.emulate`), on ONNX
+Runtime. onnx.reference is the last resort only: it is fast enough on these
+graphs (MobileNetV2 224x224, batch 4: 2.4 s vs 0.3 s emulated, on 2 cores)
+but stacks Loop scan outputs wrongly (np.vstack), so Keras 3 RNNs in 16-bit
+come back with the wrong shape, and its numpy bfloat16 arithmetic
+accumulates in bfloat16. No TensorFlow is imported here.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import pathlib
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
-from mpconvert.errors import MpconvertError
-from mpconvert.onnx.proto import HALF_TYPES, allowed_types, fed_inputs, wrap_ops
+from ..errors import MpconvertError
+from ..onnx.emulate import promote_16bit_ops
+from ..onnx.proto import fed_inputs
+from .base import RUNTIME_REFERENCE, RunResult
 
-RUNTIME_CUDA = "onnxruntime:CUDAExecutionProvider"
-RUNTIME_CPU = "onnxruntime:CPUExecutionProvider"
-RUNTIME_REFERENCE = "onnx.reference"
-
-
-@dataclass(frozen=True)
-class OnnxRun:
-    outputs: list[np.ndarray]  # in the graph's output order
-    runtime: str
-    # Non-empty when ONNX Runtime could not run the file as written (missing
-    # 16-bit kernels) and ran a copy with these op types computed in float32.
-    promoted_ops: list[str] = field(default_factory=list)
-    names: list[str] = field(default_factory=list)  # the graph's output names, in that order
-
-    def by_name(self, names: list[str]) -> list[np.ndarray]:
-        """The outputs in the order of `names` (a Keras signature's), where the graph has them all."""
-        if not set(names) <= set(self.names):
-            return self.outputs
-        return [self.outputs[self.names.index(name)] for name in names]
-
-    @property
-    def native(self) -> bool:
-        """Whether the runtime ran the file as written (not an emulated copy)."""
-        return not self.promoted_ops and self.runtime != RUNTIME_REFERENCE
-
-    @property
-    def checked_with(self) -> str:
-        """What really ran the file, in words for a report."""
-        if self.promoted_ops:
-            return f"{self.runtime} on an emulated copy"
-        return self.runtime
-
-
-ORT_CPU, ORT_CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+ORT_CPU, ORT_CUDA, ORT_TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
+RUNTIME_CUDA = "onnxruntime:" + ORT_CUDA
+RUNTIME_CPU = "onnxruntime:" + ORT_CPU
 
 
 @functools.cache
@@ -111,22 +83,52 @@ def session_providers() -> list[str]:
     return [ORT_CUDA, ORT_CPU] if cuda_usable() else [ORT_CPU]
 
 
-def missing_kernel(exc) -> bool:
+def usable_providers() -> dict[str, list[str]]:
+    """The providers ONNX Runtime lists, and those that really load here (best first).
+
+    onnxruntime-gpu lists CUDA and TensorRT without CUDA present, then falls
+    back to CPU with a logged error: only a real load counts.
+    """
+    import onnxruntime as ort
+
+    available = list(ort.get_available_providers())
+    usable = [ORT_CPU]
+    if ORT_CUDA in available and provider_loads(ORT_CUDA):
+        usable.insert(0, ORT_CUDA)
+    if ORT_TENSORRT in available and provider_loads(ORT_TENSORRT):
+        usable.insert(0, ORT_TENSORRT)
+    return {"available": available, "usable": usable}
+
+
+def open_session(model: str | pathlib.Path | bytes, providers: Sequence[str] | None = None) -> Any:
+    """An ONNX Runtime session for a file or serialized model, quiet, on `providers` (default: the best here)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # else ORT warns about each node it puts on CPU
+    source = str(model) if isinstance(model, pathlib.Path) else model
+    return ort.InferenceSession(source, options, providers=list(providers or session_providers()))
+
+
+def runtime_of(session: Any) -> str:
+    return "onnxruntime:" + session.get_providers()[0]
+
+
+def missing_kernel(exc: BaseException) -> bool:
+    """Whether ONNX Runtime failed for want of a kernel (an op in a dtype the provider lacks)."""
     from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
     return isinstance(exc, ort_state.NotImplemented) or "NOT_IMPLEMENTED" in str(exc)
 
 
-def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) -> OnnxRun:
-    """Run an ONNX file on ONNX Runtime (CUDA when it loads, else CPU).
+def run_onnx(path: str | pathlib.Path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) -> RunResult:
+    """Run an ONNX file on ONNX Runtime (CUDA when it loads, else CPU); outputs in the graph's order.
 
     Where ONNX Runtime has no kernel for an op in its dtype (bfloat16 on
     CPU), it runs a copy with 16-bit ops computed in float32 instead
     (`promote_16bit_ops`, reported in `promoted_ops`), or with
     `emulate_16bit=False` or if that fails too, the file on onnx.reference.
     """
-    import onnxruntime as ort
-
     path = pathlib.Path(path)
     try:
         proto = onnx.load(path)
@@ -138,19 +140,15 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
             f"ONNX inputs are {expected}, but data was given for {sorted(feeds)}",
             hint="name the sample data after the model's inputs",
         )
+    names = tuple(o.name for o in proto.graph.output)
 
-    providers = session_providers()
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # else ORT warns about each node it puts on CPU
+    def ort_run(model_bytes: bytes) -> tuple[list[np.ndarray], str]:
+        session = open_session(model_bytes)
+        return list(session.run(None, feeds)), runtime_of(session)
 
-    def ort_run(model_bytes):
-        session = ort.InferenceSession(model_bytes, options, providers=providers)
-        return list(session.run(None, feeds)), "onnxruntime:" + session.get_providers()[0]
-
-    names = [o.name for o in proto.graph.output]
     try:
         outputs, runtime = ort_run(proto.SerializeToString())
-        return OnnxRun(outputs=outputs, runtime=runtime, names=names)
+        return RunResult(outputs, runtime, names=names)
     except Exception as exc:
         if not missing_kernel(exc):
             raise
@@ -159,7 +157,7 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
         promoted, ops = promote_16bit_ops(proto)
         try:
             outputs, runtime = ort_run(promoted.SerializeToString())
-            return OnnxRun(outputs=outputs, runtime=runtime, promoted_ops=ops, names=names)
+            return RunResult(outputs, runtime, promoted_ops=list(ops), names=names)
         except Exception as exc:
             if not missing_kernel(exc):
                 raise
@@ -168,10 +166,10 @@ def run_onnx(path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) 
 
     outputs = [np.asarray(o) for o in ReferenceEvaluator(proto).run(None, feeds)]
     _check_declared(proto, outputs)
-    return OnnxRun(outputs=outputs, runtime=RUNTIME_REFERENCE, names=names)
+    return RunResult(outputs, RUNTIME_REFERENCE, names=names)
 
 
-def _check_declared(proto, outputs):
+def _check_declared(proto: Any, outputs: list[np.ndarray]) -> None:
     """Refuse onnx.reference results that contradict the graph's own output types."""
     for declared, value in zip(proto.graph.output, outputs):
         tensor_type = declared.type.tensor_type
@@ -190,22 +188,33 @@ def _check_declared(proto, outputs):
             )
 
 
-def promote_16bit_ops(proto):
-    """A copy of `proto` with every op on 16-bit floats computed in float32.
+@dataclass(frozen=True)
+class OnnxRunner:
+    """An ONNX file fed by position: `inputs` are its graph inputs' names in the signature's order.
 
-    Each op's 16-bit inputs are widened (exactly) and its outputs rounded
-    back to their 16-bit type, so the tensors between ops keep the values
-    and types of the original graph; only the arithmetic inside each op is
-    float32, as on bfloat16 hardware. For checking a file on a runtime that
-    lacks 16-bit kernels, not for writing: the file would grow a Cast pair
-    per op. Returns (copy, sorted op types promoted).
+    `outputs` are the names to return, in that order (where the file has them
+    all); `emulate_16bit` as for `run_onnx`. `timer` times the file as
+    written only: an emulated copy would time float32 arithmetic, so a file
+    the provider has no kernels for raises (`missing_kernel` tells).
     """
 
-    def on_16bit(node, schema, bound):
-        half = [(n, t) for n, t, dtype in bound if dtype in HALF_TYPES]
-        if all("tensor(float)" in allowed_types(schema, t) for _, t in half):
-            return [n for n, _ in half]
-        return None
+    path: pathlib.Path
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...] = ()
+    emulate_16bit: bool = True
 
-    proto = copy.deepcopy(proto)
-    return proto, sorted(wrap_ops(proto, on_16bit))
+    @property
+    def runtime(self) -> str:
+        return "onnxruntime:" + session_providers()[0]
+
+    def run(self, inputs: Sequence[np.ndarray]) -> RunResult:
+        result = run_onnx(self.path, dict(zip(self.inputs, inputs)), emulate_16bit=self.emulate_16bit)
+        if not self.outputs or not set(self.outputs) <= set(result.names):
+            return result
+        return RunResult(result.by_name(self.outputs), result.runtime, result.promoted_ops, self.outputs)
+
+    def timer(self, inputs: Sequence[np.ndarray]) -> Callable[[], None]:
+        session = open_session(self.path)
+        feeds = dict(zip(self.inputs, (np.asarray(x) for x in inputs)))
+        session.run(None, feeds)  # a missing kernel fails here, before any timing
+        return lambda: session.run(None, feeds)

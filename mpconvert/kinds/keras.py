@@ -1,0 +1,236 @@
+"""The Keras kind: a Keras 3 or tf-keras model, whose units are layers.
+
+Everything a conversion does to a Keras model goes through here: the
+per-layer plan and the rebuild from the model's config (rewrite.py), the
+numeric lint and the accuracy-driven search over layers (numerics/),
+fine-tuning with loss scaling (finetune.py), Tensor-Core padding (pad/),
+activation memory from layer shapes, and the artifacts a Keras model
+exports (a SavedModel, a .keras file beside it for Keras 3, an ONNX file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, parity, savedmodel_parity
+from ..configs import model_class, model_config
+from ..context import Context
+from ..data import Task
+from ..errors import MpconvertError
+from ..finetune import Finetune, StepCallback, finetune
+from ..formats import ModelFormat
+from ..frameworks import Framework
+from ..load import Loaded
+from ..numerics.autokeep import keep_by_lint, keep_by_search
+from ..numerics.lint import Lint
+from ..numerics.search import Search, Verdict
+from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
+from ..pad import Padding, PadPlan, pad, plan_model_padding
+from ..precision import Precision
+from ..rewrite import Plan, Rewritten, output_activation, plan_conversion, rewrite
+from ..runners.keras import KerasRunner, input_specs, predict, serving_fn
+from ..signature import Signature, signature_of
+from ..speed.memory import activation_memory
+from ..trace import nodes, output_layers
+from .base import Capability, ModelKind
+
+
+def _kind(activation: str | None) -> str:
+    if activation in ("softmax", "log_softmax"):
+        return "softmax"
+    return "sigmoid" if activation == "sigmoid" else "regression"
+
+
+def _activation_of(layer: Any) -> str | None:
+    if layer is None:
+        return None
+    if type(layer).__name__ == "Softmax":
+        return "softmax"
+    activation = getattr(layer, "activation", None)  # a function on a live layer
+    return activation if isinstance(activation, str) else getattr(activation, "__name__", None)
+
+
+def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
+    """What each output means (softmax, sigmoid or regression), in the signature's order."""
+    if len(signature.outputs) == 1:
+        return (Task(_kind(output_activation(model_config(model), model_class(model))), signature.outputs[0]),)
+    layers = output_layers(model)
+    return tuple(Task(_kind(_activation_of(layer)), spec) for layer, spec in zip(layers, signature.outputs))
+
+
+class KerasKind(ModelKind):
+    paths = ("keras", "savedmodel")
+    lacks: dict[Capability, str] = {}
+
+    def __init__(self, loaded: Loaded):
+        self.loaded = loaded
+        self.format = ModelFormat(loaded.format)
+        self.original = loaded.model
+        self.signature = signature_of(loaded.model)
+        refuse_string_inputs(loaded.model, self.signature)
+        self.tasks = tasks_of(loaded.model, self.signature)
+
+    @property
+    def framework(self) -> Framework:
+        return self.loaded.framework
+
+    def describe(self, path: Path | None) -> dict:
+        return self.loaded.source(path)
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        with self.framework.preserved_global_policy(), self.loaded.deserialization():
+            yield
+
+    def runner(self, model: Any, path: str | None = None) -> KerasRunner:
+        return KerasRunner(model, self.signature, path or self.paths[0])
+
+    def lint(self, context: Context, options: RewriteOptions) -> tuple[Lint, RewriteOptions]:
+        return keep_by_lint(context, self.loaded, options)
+
+    def plan(self, options: RewriteOptions) -> Plan:
+        return plan_conversion(model_config(self.original), model_class(self.original), options)
+
+    def rewrite(self, options: RewriteOptions, rows: list[np.ndarray]) -> Rewritten:
+        return rewrite(self.original, self.framework, options, rows)
+
+    def search(
+        self,
+        context: Context,
+        candidate: Any,
+        options: RewriteOptions,
+        verdict: Verdict,
+        budget: float,
+        reference: list[np.ndarray],
+        before: dict,
+    ) -> tuple[Search, RewriteOptions]:
+        return keep_by_search(context, self.loaded, candidate, options, verdict, budget, reference, before)
+
+    def finetune(
+        self, context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None
+    ) -> Finetune:
+        return finetune(context, self.loaded, model, options, on_step)
+
+    def pad(self, model: Any, options: PadOptions, rows: list[np.ndarray], precision: Precision) -> Padding:
+        return pad(model, self.framework, options, rows, precision)
+
+    def padding_plan(self, model: Any, options: PadOptions) -> PadPlan:
+        return plan_model_padding(model, self.framework, options)
+
+    def activation_memory(self, model: Any, batch: int, inputs: list[Any]) -> dict | None:
+        return activation_memory(self.original, model, batch, inputs=inputs, signature=self.signature)
+
+    def writers(
+        self, model: Any, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions
+    ) -> list[Writer]:
+        signature = self.signature
+        writers: list[Writer] = []
+        if "savedmodel" in options.kinds:
+
+            def savedmodel(path: Path):
+                write_savedmodel(model, self.framework, signature, path)
+                written = savedmodel_parity(path, signature, rows, expected)
+                if not self.framework.is_keras3:
+                    _check_tf_keras_policies_survive(self.framework, path, model)
+                return written
+
+            writers.append(("savedmodel", out / "savedmodel", savedmodel))
+            if self.framework.is_keras3:
+
+                def keras_file(path: Path):
+                    model.save(str(path))
+                    reloaded = self.framework.module.models.load_model(str(path), compile=False)
+                    return parity("keras", path, expected, predict(reloaded, rows), "keras", {}, signature)
+
+                writers.append(("keras", out / "model.keras", keras_file))
+        if "onnx" in options.kinds:
+            writers.append(
+                (
+                    "onnx",
+                    out / "model.onnx",
+                    lambda path: onnx_parity(self.onnx(model, path, options.opset), rows, expected, signature),
+                )
+            )
+        return writers
+
+    def onnx(self, model: Any, path: Path, opset: int) -> OnnxFile:
+        from ..onnx.export import keras_to_onnx
+
+        exported = keras_to_onnx(model, input_specs(self.signature), path, opset=opset)
+        names = tuple(spec.name for spec in self.signature.inputs)
+        return OnnxFile(exported, names, tuple(spec.name for spec in self.signature.outputs))
+
+    def output_bytes(self, model: Any, kinds: Sequence[str]) -> int:
+        """The weights once per file that holds them: a SavedModel and a .keras file keep float32
+        variables, the ONNX file 16-bit weights (half)."""
+        weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
+        copies = 0.0
+        if "savedmodel" in kinds:
+            copies += 2.0 if self.framework.is_keras3 else 1.0  # the SavedModel, and model.keras beside it
+        if "onnx" in kinds:
+            copies += 0.5
+        return int(weights * copies) + OVERHEAD
+
+
+def write_savedmodel(model: Any, framework: Framework, signature: Signature, path: Path) -> None:
+    if framework.is_keras3:
+        archive = framework.module.export.ExportArchive()
+        archive.track(model)
+        archive.add_endpoint("serve", serving_fn(model, signature), input_signature=input_specs(signature))
+        archive.write_out(str(path), verbose=False)
+    else:
+        # A Keras-2 SavedModel written by tf-keras reloads as a Keras model
+        # with its per-layer policies (tf_keras.models.load_model).
+        model.save(str(path), save_format="tf", include_optimizer=False)
+
+
+def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> None:
+    """A tf-keras SavedModel must reload as the same Keras model, per-layer policies included.
+
+    Nothing the user gave can break this, so a difference is mpconvert's bug
+    (reported as such by the CLI), not an MpconvertError.
+    """
+    reloaded = framework.module.models.load_model(str(path), compile=False)
+    before = [(layer.name, layer.dtype_policy.name) for layer in model.layers]
+    after = [(layer.name, layer.dtype_policy.name) for layer in reloaded.layers]
+    if before != after:
+        changed = [f"{b[0]}: {b[1]} -> {a[1]}" for b, a in zip(before, after) if b != a]
+        raise RuntimeError(
+            f"the exported SavedModel at {path} reloads with other layer policies ({', '.join(changed[:3])})"
+        )
+
+
+def refuse_string_inputs(model: Any, signature: Signature) -> None:
+    """String inputs (StringLookup, TextVectorization) are refused, naming the layers that read them.
+
+    String preprocessing has nothing to compute in 16 bits, and neither
+    ONNX export (tf2onnx has no lookup-table ops) nor `.npz` data (string
+    arrays need pickle) can carry it, so a model must take its integer ids.
+    """
+    strings = [spec for spec in signature.inputs if spec.dtype == "string"]
+    if not strings:
+        return
+    names = {spec.name for spec in strings}
+    readers = sorted(
+        {
+            f"{node.layer.name!r} ({type(node.layer).__name__})"
+            for node in nodes(model)
+            if any(
+                getattr(t, "_keras_history", [None])[0] is not None and t._keras_history[0].name in names
+                for t in node.inputs
+            )
+        }
+    )
+    spec = strings[0]
+    read = f", read by {', '.join(readers)}" if readers else ""
+    raise MpconvertError(
+        f"input {spec.name!r} is a string tensor{read}: mpconvert converts models on numeric inputs; string "
+        "preprocessing has nothing to compute in 16 bits and does not export to ONNX",
+        hint="apply the string layers in the input pipeline (dataset.map(layer)) and convert the model "
+        "that takes their integer ids",
+    )
