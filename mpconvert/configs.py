@@ -72,7 +72,7 @@ def builtin_entry(class_name: str, name: str, config: dict, source: str | None) 
     legacy node format is read by both Keras 3 and tf-keras, so one shape
     serves both frameworks.
     """
-    entry = {
+    entry: dict[str, Any] = {
         "module": "keras.layers",
         "class_name": class_name,
         "config": {"name": name, "trainable": True, "dtype": "float32", **config},

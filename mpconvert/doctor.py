@@ -380,7 +380,7 @@ def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: fl
     # the ratio of the figures beside it (a 0.377 ms call is 0.1% off otherwise).
     shown = {policy: round(value, 3) for policy, value in ms.items()}
     base = shown.get("float32")
-    timed = {
+    timed: dict[str, dict[str, Any]] = {
         policy: {
             "ms": shown.get(policy),
             "speedup": round(base / shown[policy], 4) if policy in shown and base and shown[policy] else None,

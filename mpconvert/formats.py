@@ -36,6 +36,6 @@ class ModelFormat(StrEnum):
 def units_of(format_name: str | None) -> str:
     """The unit word (plural) for a report's `source.format`; layers for a format this version does not know."""
     try:
-        return ModelFormat(format_name).units
+        return ModelFormat(format_name or "").units
     except ValueError:
         return ModelFormat.KERAS.units

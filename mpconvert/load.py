@@ -141,7 +141,7 @@ def _savedmodel_config(path: Path) -> dict:
     # The root object (node_path "root") carries the whole model config; the
     # other nodes repeat each layer's config, which also covers Lambdas in
     # models whose root has no config (subclassed models).
-    root = next((n for n, m in zip(nodes, metadata.nodes) if m.node_path == "root"), {})
+    root: dict = next((n for n, m in zip(nodes, metadata.nodes) if m.node_path == "root"), {})
     return {"root": root, "nodes": nodes}
 
 
@@ -323,7 +323,8 @@ def _load_error(path: Path, exc: Exception) -> MpconvertError:
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """The exception and its causes: Keras wraps the real one ("Could not locate class")."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__

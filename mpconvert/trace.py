@@ -72,12 +72,12 @@ class _Same:
 class _Reusable(dict):
     """tf-keras's tensor_dict: str(id) -> a list it pops one value from per use."""
 
-    def __init__(self, values: dict[int, Any]):
+    def __init__(self, by_id: dict[int, Any]):
         super().__init__()
-        self.values = values
+        self.by_id = by_id
 
     def __getitem__(self, key: str) -> _Same:
-        return _Same(self.values[int(key)])
+        return _Same(self.by_id[int(key)])
 
 
 def flat(value: Any) -> list:

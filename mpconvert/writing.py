@@ -31,15 +31,16 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 def os_error(exc: BaseException) -> tuple[int, str] | None:
     """(errno, reason) when `exc`, or what caused it, is an OS error while writing."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno is not None:
-            return exc.errno, exc.strerror or os.strerror(exc.errno)
-        if type(exc).__module__.startswith("tensorflow"):
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current.errno, current.strerror or os.strerror(current.errno)
+        if type(current).__module__.startswith("tensorflow"):
             for text, code in _TF_MESSAGES.items():
-                if text in str(exc):
+                if text in str(current):
                     return code, text
-        exc = exc.__cause__ or exc.__context__
+        current = current.__cause__ or current.__context__
     return None
 
 
@@ -64,11 +65,9 @@ def write_error(path: Path, what: str, code: int, reason: str, needed: int | Non
     message = f"cannot write {what} to {path}: {reason}"
     if code in _FULL:
         free = _free(Path(path))
-        room = [
-            f"it needs about {human(needed)}" if needed else None,
-            f"{human(free)} free there" if free is not None else None,
-        ]
-        room = [r for r in room if r]
+        room = [f"it needs about {human(needed)}"] if needed else []
+        if free is not None:
+            room.append(f"{human(free)} free there")
         if room:
             message += f" ({'; '.join(room)})"
         hint = "free space on that file system, or choose an --out on one with more room; nothing partial was left"

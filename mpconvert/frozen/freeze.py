@@ -81,7 +81,7 @@ class FrozenGraph:
             return dict(zip(keys, module.graph(*args)))
 
         # The signature's keyword names are the arguments' names: give the function those.
-        serve.__signature__ = _named_signature(names)
+        serve.__signature__ = _named_signature(names)  # type: ignore[attr-defined]
         module.serve = tf.function(serve, input_signature=specs, autograph=False)
         tf.saved_model.save(module, str(path), signatures={self.signature_name: module.serve})
 

@@ -159,15 +159,13 @@ class FrozenKind(ModelKind):
     def _prove(self, rows: list[np.ndarray]) -> Fidelity:
         """The frozen graph reproduces the SavedModel's own signature on `rows`."""
         expected = self.original.signature_outputs(rows)
-        diff = max_abs_diff(expected, self.original.predict(rows))
-        fidelity = Fidelity(rows=len(rows[0]), max_abs_diff=diff, limit=limit_for(expected))
-        if diff is None or diff > fidelity.limit:
+        diff, limit = max_abs_diff(expected, self.original.predict(rows)), limit_for(expected)
+        if diff is None or diff > limit:
             raise MpconvertError(
-                f"the frozen graph of {self.path} does not reproduce its signature "
-                f"(max |diff| {diff} > {fidelity.limit:g})",
+                f"the frozen graph of {self.path} does not reproduce its signature (max |diff| {diff} > {limit:g})",
                 hint="rerun with --debug and report it, with the SavedModel",
             )
-        return fidelity
+        return Fidelity(rows=len(rows[0]), max_abs_diff=diff, limit=limit)
 
     def search(
         self,

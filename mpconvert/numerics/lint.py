@@ -184,7 +184,7 @@ def lint(
     # Outputs only: each call's input is its source's output, and holding
     # both would double what the calibration rows take in memory.
     calls = trace(model, inputs, record_inputs=False)
-    first_output = {}
+    first_output: dict[str, Any] = {}
     readers: dict[str, list[str]] = {}
     for call in calls:
         first_output.setdefault(call.path, call.outputs[0] if call.outputs else None)

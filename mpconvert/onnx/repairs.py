@@ -56,7 +56,7 @@ def retype_float16_as_bfloat16(proto) -> list[str]:
     Relu6's Clip, which look exactly like float16 weights; so this cannot be
     decided from the ONNX graph alone by type inference.
     """
-    counts = Counter()
+    counts: Counter[str] = Counter()
     for graph in graphs(proto.graph):
         for node in graph.node:
             for attr in node.attribute:

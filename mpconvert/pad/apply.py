@@ -11,7 +11,7 @@ from ..configs import builtin_entry, listify, model_config, rename_entry, rename
 from ..frameworks import Framework
 from ..state import copy_model_state
 from ..trace import is_container
-from .layer_graph import Shape, Shapes
+from .layer_graph import Shape, Shapes, known
 from .live import live_shapes
 from .plan import PRODUCERS, RECURRENT, PadPlan, padded_width
 
@@ -26,10 +26,11 @@ def _block(kind: str, base: str, shape: Shape, width: int, new_width: int, sourc
     """
     spatial = tuple(shape[1:-1])
     extra = (new_width - width) if kind == "pad" else (width - new_width)
-    edit = {
+    edit: dict[str, Any] = {
         "class_name": "ZeroPadding1D" if kind == "pad" else "Cropping1D",
         "config": {("padding" if kind == "pad" else "cropping"): [0, extra]},
     }
+    steps: list[dict[str, Any]]
     if not spatial:
         steps = [
             {"class_name": "Reshape", "config": {"target_shape": [width, 1]}},
@@ -72,7 +73,7 @@ def apply_padding(model: Any, framework: Framework, plan: PadPlan) -> Any:
 
     inserted: dict[str, list[dict]] = {}  # insert after this layer
     for name, width in plan.input_pads.items():
-        shape = shapes[name][1]
+        shape = known(shapes[name][1])
         last = f"{name}_padded"
         for entry in entries:
             if entry["config"]["name"] != name:
@@ -80,7 +81,7 @@ def apply_padding(model: Any, framework: Framework, plan: PadPlan) -> Any:
         inserted[name] = _block("pad", name, shape, shape[-1], width, name, last)
 
     for source, consumer in plan.slices:
-        shape = shapes[source][1]
+        shape = known(shapes[source][1])
         width = padded_width(shape[-1], plan.multiple)  # every layer of a padded space is rounded up alike
         if consumer:
             last = f"{consumer}_unpadded"
@@ -108,16 +109,16 @@ def apply_padding(model: Any, framework: Framework, plan: PadPlan) -> Any:
     with framework.preserved_global_policy():
         padded = framework.module.Model.from_config(config)
     for new_layer in padded.layers:
-        source = layers.get(renames.get(new_layer.name, new_layer.name))
-        if source is None:
+        original = layers.get(renames.get(new_layer.name, new_layer.name))
+        if original is None:
             continue
-        if is_container(source):
-            copy_model_state(framework, source, new_layer)
-        elif [tuple(w.shape) for w in source.weights] == [tuple(w.shape) for w in new_layer.weights]:
+        if is_container(original):
+            copy_model_state(framework, original, new_layer)
+        elif [tuple(w.shape) for w in original.weights] == [tuple(w.shape) for w in new_layer.weights]:
             # Unpadded layers keep all their state, not only weights (an adapted Normalization).
-            framework.copy_layer_state(source, new_layer)
+            framework.copy_layer_state(original, new_layer)
         else:
-            new_layer.set_weights(_padded_weights(source, new_layer, plan, shapes))
+            new_layer.set_weights(_padded_weights(original, new_layer, plan, shapes))
     return padded
 
 
@@ -132,7 +133,7 @@ def _input_map(layer_name: str, plan: PadPlan, shapes: dict[str, Shapes], old_ro
     flat = plan.flatten_maps.get(layer_name)
     if flat is None:
         return np.arange(old_rows)
-    shape = shapes[flat][0]
+    shape = known(shapes[flat][0])
     positions, channels = math.prod(shape[1:-1]), shape[-1]
     new_channels = new_rows // positions
     return (np.arange(positions)[:, None] * new_channels + np.arange(channels)[None, :]).reshape(-1)

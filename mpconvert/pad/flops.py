@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .layer_graph import Layer, LayerGraph
+from .layer_graph import Layer, LayerGraph, known
 
 # Gate matrices per recurrent cell: LSTM input/forget/cell/output, GRU
 # update/reset/candidate, SimpleRNN one.
@@ -20,14 +20,14 @@ GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}
 def _kernel_volume(layer: Layer) -> int:
     kernel = layer.config["kernel_size"]
     if isinstance(kernel, int):
-        return kernel ** (len(layer.output_shape) - 2)
+        return kernel ** (len(known(layer.output_shape)) - 2)
     return math.prod(kernel)
 
 
 def _recurrent_macs(layer: Layer, c_in: int, c_out: int, positions: int) -> int:
     units = layer.config["units"]
     gates = GATES[layer.class_name]
-    steps = layer.input_shape[1] or 1
+    steps = known(layer.input_shape)[1] or 1
     return (c_in + units) * gates * units * steps
 
 
@@ -62,8 +62,8 @@ def flops(graph: LayerGraph, widths: dict[str, int], in_widths: dict[str, int]) 
         macs = MACS.get(layer.class_name)
         if macs is None or layer.calls != 1:
             continue
-        c_in = in_widths.get(name, layer.input_shape[-1])
-        c_out = widths.get(name, layer.output_shape[-1])
-        positions = math.prod(d or 1 for d in layer.output_shape[1:-1])
+        c_in = in_widths.get(name, known(layer.input_shape)[-1])
+        c_out = widths.get(name, known(layer.output_shape)[-1])
+        positions = math.prod(d or 1 for d in known(layer.output_shape)[1:-1])
         total += macs(layer, c_in, c_out, positions)
     return total

@@ -17,6 +17,13 @@ Shape = tuple  # of int | None, None for an unknown dimension (the batch)
 Shapes = tuple[Shape | None, Shape | None]  # (first input, first output)
 
 
+def known(shape: Shape | None) -> Shape:
+    """A shape the planner relies on: every layer it pads or counts was called, so it has one."""
+    if shape is None:
+        raise ValueError("a layer the padding plan relies on was never called in the model's graph")
+    return shape
+
+
 @dataclass(frozen=True)
 class Layer:
     name: str

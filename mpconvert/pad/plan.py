@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..configs import CHANNEL_NORMALIZATION_LAYERS, SOFTMAX_ACTIVATIONS
 from ..options import PadOptions
 from .flops import GATES, flops
-from .layer_graph import Layer, LayerGraph, Spaces
+from .layer_graph import Layer, LayerGraph, Spaces, known
 
 # Layers that act on each channel separately and have no weights: padded
 # channels pass straight through them.
@@ -160,7 +160,7 @@ def _producer(layer: Layer, ch: Channels) -> None:
             layer, ch, f"feeds grouped or channels_first {cls} {name!r}", f"{cls} {name!r} is grouped or channels_first"
         )
         return
-    ch.producers[name] = (PRODUCERS[cls], cfg.get(PRODUCERS[cls]))
+    ch.producers[name] = (PRODUCERS[cls], int(cfg[PRODUCERS[cls]]))
     if cls == "Embedding":
         # Its input's last axis is token positions, not channels. A tf.keras
         # 2.x text model's `Input((maxlen,))` is float, so it looked like
@@ -337,7 +337,7 @@ def _widths(graph: LayerGraph, ch: Channels, chosen: dict[str, int]) -> tuple[di
     for dense, flat in ch.flatten_maps.items():
         root = ch.spaces.find(ch.flattens[flat])
         if root in chosen:
-            ins[dense] = math.prod(graph.layers[flat].input_shape[1:-1]) * chosen[root]
+            ins[dense] = math.prod(known(graph.layers[flat].input_shape)[1:-1]) * chosen[root]
     return out, ins
 
 

@@ -110,7 +110,7 @@ def fast_units(hardware: Hardware, dtype: str) -> tuple[bool | None, str]:
         need = "{}.{}".format(*TENSOR_CORES[dtype])
         if has is None:
             return None, f"the compute capability of {gpu.name} is unknown ({dtype} Tensor Cores need {need})"
-        cc = "{}.{}".format(*gpu.compute_capability)
+        cc = "{}.{}".format(*(gpu.compute_capability or ()))
         if has:
             return True, f"{dtype} Tensor Cores on {gpu.name} (compute capability {cc})"
         return False, f"no {dtype} Tensor Cores on {gpu.name}: compute capability {cc}, they need {need}"

@@ -37,7 +37,7 @@ def activation_bytes(model: Any, batch: int) -> tuple[int, list[str]]:
     """
     import tensorflow as tf
 
-    total, unknown = 0, []
+    total, unknown = 0, list[str]()
     for layer, outputs in _calls(model):
         if type(layer).__name__ == "InputLayer":
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 SPEED_PATHS = ("keras", "savedmodel")
 # Timing per path: both models take turns, median of up to REPEATS runs
@@ -17,7 +17,7 @@ BUDGET_S = 3.0
 
 
 def median_ms(
-    runs: dict[str, Callable[[], object]], *, repeats: int = REPEATS, budget_s: float | None = None, warmup: int = 2
+    runs: Mapping[str, Callable[[], object]], *, repeats: int = REPEATS, budget_s: float | None = None, warmup: int = 2
 ) -> dict[str, float]:
     """The median wall time of each callable, in milliseconds.
 
