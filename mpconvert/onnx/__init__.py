@@ -4,10 +4,13 @@
   imports tf2onnx, and TensorFlow at import time), with the patches and
   checks that mixed-precision models need.
 * `repairs`: passes that fix what tf2onnx gets wrong in 16-bit graphs.
-* `graph`: ModelProto helpers the repairs and the runner share.
-* `run`: running an ONNX file on ONNX Runtime (or onnx.reference), without
-  TensorFlow.
+* `proto`: ModelProto helpers the repairs and the runner share.
+* `emulate`: a copy of a graph whose 16-bit ops compute in float32, for a
+  runtime that lacks 16-bit kernels.
+* `checks` and `graphdef`: checks on a converted graph, passes on the
+  GraphDef before tf2onnx.
 
-Import from the submodules directly; this package imports none of them, so
-that running an ONNX file does not pull in TensorFlow.
+Running an ONNX file is runners/onnx.py's job. Import from the submodules
+directly; this package imports none of them, so that checking an ONNX file
+does not pull in TensorFlow.
 """
