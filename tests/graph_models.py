@@ -8,6 +8,10 @@
   away: in bfloat16 (spacing 4 at 1000) the signal is rounded away without any overflow, so only
   the accuracy-driven search finds the node to keep (the first matmul); `offset_npz` labels its rows.
 - `no_signatures`: a tf.Module saved without any signature.
+- `transformer`: a Keras 3 `model.export()` of a one-block transformer encoder (Embedding,
+  MultiHeadAttention, residual + LayerNormalization, pooling, softmax) trained on
+  `majority_tokens` rows; `transformer_npz` holds rows it never saw. Its embedding lookup
+  (GatherV2, whose dtype attribute is Tparams, not T) feeds the 16-bit query/key/value matmuls.
 """
 
 from __future__ import annotations
@@ -162,4 +166,50 @@ def no_signatures(path):
     module = tf.Module()
     module.v = tf.Variable(1.0)
     tf.saved_model.save(module, str(path), signatures={})
+    return path
+
+
+TOKENS, LENGTH, GROUPS = 50, 12, 3
+
+
+def majority_tokens(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token rows (rows, LENGTH) int32 and their class: which third of the vocabulary holds most of the row's tokens.
+
+    Rows whose largest count is tied are drawn again, so every label is
+    unambiguous and a well-trained model can score near 1.0: the accuracy
+    drop then measures the 16-bit rewrite, not label noise.
+    """
+    rng = np.random.default_rng(seed)
+    xs, ys = [], []
+    while sum(len(x) for x in xs) < rows:
+        x = rng.integers(0, TOKENS, size=(rows, LENGTH), dtype=np.int32)
+        counts = np.stack([np.count_nonzero(x * GROUPS // TOKENS == g, axis=1) for g in range(GROUPS)], axis=1)
+        top = np.sort(counts, axis=1)
+        clear = top[:, -1] > top[:, -2]
+        xs.append(x[clear])
+        ys.append(np.argmax(counts, axis=1)[clear])
+    return np.concatenate(xs)[:rows], np.concatenate(ys)[:rows].astype(np.int64)
+
+
+def transformer(path, seed: int = 0):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((LENGTH,), dtype="int32")
+    embedded = keras.layers.Embedding(TOKENS, 16, name="emb")(tokens)
+    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(embedded, embedded)
+    hidden = keras.layers.LayerNormalization(name="norm")(keras.layers.Add()([embedded, attended]))
+    pooled = keras.layers.GlobalAveragePooling1D()(hidden)
+    model = keras.Model(tokens, keras.layers.Dense(GROUPS, activation="softmax", name="head")(pooled))
+    x, y = majority_tokens(1200, seed=5)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=8, batch_size=64, verbose=0)
+    model.export(str(path), verbose=False)
+    return path
+
+
+def transformer_npz(path, rows: int = 400):
+    """Validation rows for `transformer`, from another seed than its training rows."""
+    x, y = majority_tokens(rows, seed=6)
+    np.savez(path, x=x, y=y)
     return path

@@ -1,8 +1,8 @@
 """SavedModels without Keras metadata, converted at graph level: op dtypes, parity, accuracy, refusals.
 
-The models are tests/graph_models.py's: a Keras 3 `model.export()` CNN, a
-tf.Module with two matmuls and a softmax, a two-input two-output module, an
-overflowing one, and one saved without signatures.
+The models are tests/graph_models.py's: a Keras 3 `model.export()` CNN and
+transformer encoder, a tf.Module with two matmuls and a softmax, a two-input
+two-output module, an overflowing one, and one saved without signatures.
 """
 
 import json
@@ -15,6 +15,7 @@ from conftest import invoke
 
 import mpconvert
 from mpconvert.frozen.freeze import load_frozen
+from mpconvert.frozen.rewrite import rewrite_graph
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +267,67 @@ def test_the_slow_kernel_guard_restarts_a_graph_conversion_with_onednn_off(model
     assert found["done"].startswith("restarted with TF_ENABLE_ONEDNN_OPTS=0")
     assert found["found"]["float32_ms"] > 0 and found["fixed"]["converted_ms"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.fixture(scope="module")
+def transformer(tmp_path_factory):
+    root = tmp_path_factory.mktemp("transformer")
+    return gm.transformer(root / "export"), gm.transformer_npz(root / "tokens.npz")
+
+
+@pytest.mark.parametrize("policy,dtype", [("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")])
+def test_an_exported_transformer_converts_with_16bit_attention_and_keeps_its_accuracy(
+    transformer, tmp_path, policy, dtype
+):
+    """Its embedding lookup (GatherV2, typed by Tparams) feeds the 16-bit query/key/value matmuls.
+
+    That edge once got no Cast, and the first import of the rewritten graph failed.
+    """
+    model, data = transformer
+    out = tmp_path / "out"
+    result = invoke(model, "--policy", policy, "--data", data, "--out", out)
+    assert result.exit_code == 0, result.output
+    report = report_of(out)
+    # Allow ops: 4 BatchMatMulV2 (query, key, value, output projections), 2 Einsum (scores, weighted values),
+    # the head's MatMul. Infer ops following them: a Reshape and the bias AddV2 after each of query, key and
+    # value, the score scaling Mul, the output projection's Reshape and BiasAdd, the head's BiasAdd: 10.
+    rewrite = next(c for c in report["gate"]["checks"] if c["name"] == "policy rewrite")
+    assert rewrite["message"] == f"17 nodes converted to {policy}, 0 kept float32"
+    v = report["validation"]
+    # The labels are a function of the tokens without ties; the trained float32 model scored 1.0 on these rows.
+    assert v["metric"] == "accuracy" and v["rows"] == 400 and v["reference"] >= 0.95
+    assert v["drop"] <= report["gate"]["thresholds"]["max_drop"] == 0.01
+    dtypes = saved_op_dtypes(out / "savedmodel")
+    assert dtypes["BatchMatMulV2"] == {dtype} and dtypes["Einsum"] == {dtype} and dtypes["MatMul"] == {dtype}
+    # Softmax and LayerNormalization's statistics stay float32; the residual add reads the float32 lookup.
+    assert dtypes["Softmax"] == {"float32"} and dtypes["Mean"] == {"float32"} and dtypes["Rsqrt"] == {"float32"}
+    fn = tf.saved_model.load(str(out / "savedmodel")).signatures["serving_default"]
+    assert [s.dtype for s in fn.structured_input_signature[1].values()] == [tf.int32]
+    checks = {c["name"]: c for c in report["gate"]["checks"]}
+    assert {a["kind"] for a in report["artifacts"]} == {"savedmodel", "onnx"}
+    assert checks["artifact parity: savedmodel"]["passed"] and checks["artifact parity: onnx"]["passed"]
+    assert all(c["passed"] for c in checks.values()) and report["passed"]
+
+
+def test_the_embedding_lookup_reaches_the_16bit_matmuls_through_one_cast(transformer):
+    graph = load_frozen(transformer[0])
+    (gather,) = [n.name for n in graph.graph_def.node if n.op == "GatherV2"]
+    readers = {n.name: n.op for n in graph.graph_def.node if gather in n.input}
+    assert sorted(readers.values()) == ["AddV2", "BatchMatMulV2", "BatchMatMulV2", "BatchMatMulV2"]
+    rewritten, _ = rewrite_graph(graph.graph_def, graph.output_tensors, "bfloat16")
+    nodes = {n.name: n for n in rewritten.node}
+    cast = nodes[f"{gather}/mpconvert_cast_bfloat16"]
+    assert list(cast.input) == [gather] and (cast.attr["SrcT"].type, cast.attr["DstT"].type) == (
+        tf.float32.as_datatype_enum,
+        tf.bfloat16.as_datatype_enum,
+    )
+    for name, op in readers.items():
+        node = nodes[name]
+        if op == "BatchMatMulV2":  # query, key and value share the one cast
+            assert node.input[0] == cast.name and node.attr["T"].type == tf.bfloat16.as_datatype_enum
+        else:  # the residual add stays float32 beside the float32 lookup, and casts the attention output back
+            assert node.input[0] == gather and node.attr["T"].type == tf.float32.as_datatype_enum
+            assert (
+                nodes[node.input[1]].op == "Cast"
+                and nodes[node.input[1]].attr["DstT"].type == tf.float32.as_datatype_enum
+            )
