@@ -12,6 +12,8 @@
   MultiHeadAttention, residual + LayerNormalization, pooling, softmax) trained on
   `majority_tokens` rows; `transformer_npz` holds rows it never saw. Its embedding lookup
   (GatherV2, whose dtype attribute is Tparams, not T) feeds the 16-bit query/key/value matmuls.
+- `typed_edges`: a GraphDef whose float32 edges come from ops typed by other attributes than T
+  (GatherV2, Cast, Split, BatchMatMulV3) into nodes the rewrite puts in 16 bits.
 """
 
 from __future__ import annotations
@@ -213,3 +215,46 @@ def transformer_npz(path, rows: int = 400):
     x, y = majority_tokens(rows, seed=6)
     np.savez(path, x=x, y=y)
     return path
+
+
+def typed_edges():
+    """A FrozenGraph (ids int32 (n, 3), x float32 (n, 4) -> out float32 (n, 4)) whose float32 edges into
+    16-bit nodes come from ops typed by other attributes than T, and a residual add that must stay float32.
+
+    - GatherV2 (Tparams) feeds a BatchMatMulV2 and an Einsum;
+    - Cast (DstT) and Split's second output (num_split outputs of T) feed MatMuls;
+    - BatchMatMulV3 (Ta, Tb, Tout; never retyped: no float16 CPU kernel) feeds the Einsum;
+    - `emb + BatchMatMulV2(emb, w)` reads the float32 lookup beside a 16-bit matmul.
+    """
+    import tensorflow as tf
+
+    from mpconvert.frozen.freeze import FrozenGraph
+    from mpconvert.signature import TensorSpec
+
+    rng = np.random.default_rng(7)
+    table = rng.normal(size=(10, 4)).astype(np.float32)
+    w3, w2, w4 = (rng.normal(size=(n, 4)).astype(np.float32) * 0.5 for n in (3, 2, 4))
+
+    @tf.function(
+        input_signature=[tf.TensorSpec((None, 3), tf.int32, name="ids"), tf.TensorSpec((None, 4), tf.float32, name="x")]
+    )
+    def serve(ids, x):
+        emb = tf.gather(tf.constant(table), ids)  # (n, 3, 4)
+        counted = tf.matmul(tf.cast(ids, tf.float32), tf.constant(w3))
+        _, right = tf.split(x, 2, axis=1)
+        halves = tf.matmul(right, tf.constant(w2))
+        scores = tf.raw_ops.BatchMatMulV3(x=emb, y=tf.transpose(emb, [0, 2, 1]), Tout=tf.float32)
+        mixed = tf.reduce_sum(tf.einsum("bij,bjk->bik", scores, emb), axis=1)
+        residual = tf.reduce_sum(emb + tf.matmul(emb, tf.constant(w4)), axis=1)
+        return counted + halves + mixed + residual
+
+    concrete = serve.get_concrete_function()
+    return FrozenGraph(
+        name="typed_edges",
+        graph_def=concrete.graph.as_graph_def(),
+        signature_name="serving_default",
+        inputs=(TensorSpec("ids", (None, 3), "int32"), TensorSpec("x", (None, 4), "float32")),
+        input_tensors=tuple(t.name for t in concrete.inputs),
+        outputs=(TensorSpec("output_0", (None, 4), "float32"),),
+        output_tensors=tuple(t.name for t in concrete.outputs),
+    )

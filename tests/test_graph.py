@@ -2,7 +2,8 @@
 
 The models are tests/graph_models.py's: a Keras 3 `model.export()` CNN and
 transformer encoder, a tf.Module with two matmuls and a softmax, a two-input
-two-output module, an overflowing one, and one saved without signatures.
+two-output module, an overflowing one, one saved without signatures, and a
+graph whose float32 edges come from ops not typed by T.
 """
 
 import json
@@ -15,7 +16,7 @@ from conftest import invoke
 
 import mpconvert
 from mpconvert.frozen.freeze import load_frozen
-from mpconvert.frozen.rewrite import rewrite_graph
+from mpconvert.frozen.rewrite import RewriteError, check_edges, rewrite_graph
 
 
 @pytest.fixture(scope="module")
@@ -331,3 +332,86 @@ def test_the_embedding_lookup_reaches_the_16bit_matmuls_through_one_cast(transfo
                 nodes[node.input[1]].op == "Cast"
                 and nodes[node.input[1]].attr["DstT"].type == tf.float32.as_datatype_enum
             )
+
+
+@pytest.mark.parametrize("dtype,rtol", [("bfloat16", 2e-2), ("float16", 2e-3)])
+def test_every_edge_from_an_op_not_typed_by_T_gets_its_cast(dtype, rtol):
+    graph = gm.typed_edges()
+    rewritten, decisions = rewrite_graph(graph.graph_def, graph.output_tensors, dtype)
+    assert sorted((d.class_name, d.policy) for d in decisions) == [
+        ("AddV2", "16-bit"),  # counted + halves: both 16-bit matmuls
+        ("BatchMatMulV2", "16-bit"),
+        ("Einsum", "16-bit"),
+        ("MatMul", "16-bit"),
+        ("MatMul", "16-bit"),
+    ]
+    nodes = {n.name: n for n in rewritten.node}
+    casts = sorted(
+        (
+            nodes[c.input[0].partition(":")[0]].op,
+            c.input[0].partition(":")[2] or "0",
+            tf.as_dtype(c.attr["DstT"].type).name,
+        )
+        for c in rewritten.node
+        if c.name.rpartition("/")[2].startswith("mpconvert_cast_")
+    )
+    assert casts == sorted(
+        [
+            ("GatherV2", "0", dtype),  # one cast for the BatchMatMulV2 and the Einsum
+            ("Cast", "0", dtype),
+            ("Split", "1", dtype),
+            ("BatchMatMulV3", "0", dtype),
+            ("Einsum", "0", "float32"),  # into the Sum
+            ("BatchMatMulV2", "0", "float32"),  # into the residual add, which reads the float32 lookup
+            ("AddV2", "0", "float32"),  # into the add that reads the float32 Sum
+        ]
+    )
+    assert nodes["BatchMatMulV3"].attr["Tout"].type == tf.float32.as_datatype_enum
+    rng = np.random.default_rng(8)
+    rows = [rng.integers(0, 10, size=(64, 3)).astype(np.int32), rng.normal(size=(64, 4)).astype(np.float32)]
+    (expected,) = graph.predict(rows)
+    (got,) = graph.with_graph(rewritten).predict(rows)
+    assert np.abs(got - expected).max() <= rtol * np.abs(expected).max()
+
+
+def _node(graph_def, name, op, inputs=(), **types):
+    node = graph_def.node.add(name=name, op=op)
+    node.input.extend(inputs)
+    for attr, dtype in types.items():
+        node.attr[attr].type = dtype.as_datatype_enum
+    return node
+
+
+def test_the_edge_check_names_an_edge_left_without_its_cast():
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import tensor_util
+
+    graph_def = graph_pb2.GraphDef()
+    table = _node(graph_def, "table", "Const", dtype=tf.float32)
+    table.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(np.ones((5, 2), np.float32)))
+    _node(graph_def, "ids", "Placeholder", dtype=tf.int32)
+    axis = _node(graph_def, "axis", "Const", dtype=tf.int32)
+    axis.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(0, tf.int32))
+    _node(
+        graph_def, "lookup", "GatherV2", ["table", "ids", "axis"], Tparams=tf.float32, Tindices=tf.int32, Taxis=tf.int32
+    )
+    weights = _node(graph_def, "w", "Const", dtype=tf.bfloat16)
+    weights.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(np.ones((2, 2)), tf.bfloat16))
+    matmul = _node(graph_def, "mm", "MatMul", ["lookup", "w"], T=tf.bfloat16)
+    with pytest.raises(
+        RewriteError, match=r"input 0 of mm \(MatMul\) takes bfloat16 but lookup \(GatherV2\) gives float32$"
+    ):
+        check_edges(graph_def)
+    with pytest.raises(ValueError, match="incompatible with expected bfloat16"), tf.Graph().as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")  # TensorFlow agrees
+
+    _node(graph_def, "lookup/cast", "Cast", ["lookup"], SrcT=tf.float32, DstT=tf.bfloat16).attr["Truncate"].b = False
+    matmul.input[0] = "lookup/cast"
+    check_edges(graph_def)
+    with tf.Graph().as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+
+    # A dtype its op does not allow (Betainc is float32 and float64 only) is named before its edges.
+    _node(graph_def, "beta", "Betainc", ["lookup", "lookup", "lookup"], T=tf.float16)
+    with pytest.raises(RewriteError, match=r"beta \(Betainc\) has T=float16, which its op does not allow"):
+        check_edges(graph_def)
