@@ -14,6 +14,7 @@
   (GatherV2, whose dtype attribute is Tparams, not T) feeds the 16-bit query/key/value matmuls.
 - `typed_edges`: a GraphDef whose float32 edges come from ops typed by other attributes than T
   (GatherV2, Cast, Split, BatchMatMulV3) into nodes the rewrite puts in 16 bits.
+- `two_splits`: output 1 of node `split` and output 0 of node `split_1` both need a Cast to 16 bits.
 """
 
 from __future__ import annotations
@@ -256,5 +257,36 @@ def typed_edges():
         inputs=(TensorSpec("ids", (None, 3), "int32"), TensorSpec("x", (None, 4), "float32")),
         input_tensors=tuple(t.name for t in concrete.inputs),
         outputs=(TensorSpec("output_0", (None, 4), "float32"),),
+        output_tensors=tuple(t.name for t in concrete.outputs),
+    )
+
+
+def two_splits():
+    """A FrozenGraph (x float32 (n, 4) -> (n,) float32): sum(x[:, 2:] @ ones) + sum((2x)[:, :2] @ ones) per row.
+
+    tf.function names the splits `split` and `split_1`, so casting `split:1` and `split_1:0` tells the two
+    apart only by port: all ones in gives 2 * (2 + 4) = 12 per row, exactly, in any of the three dtypes.
+    """
+    import tensorflow as tf
+
+    from mpconvert.frozen.freeze import FrozenGraph
+    from mpconvert.signature import TensorSpec
+
+    ones = np.ones((2, 2), np.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 4), tf.float32, name="x")])
+    def serve(x):
+        _, right = tf.split(x, 2, axis=1)
+        left, _ = tf.split(x * 2.0, 2, axis=1)
+        return tf.reduce_sum(tf.matmul(right, tf.constant(ones)) + tf.matmul(left, tf.constant(ones)), axis=1)
+
+    concrete = serve.get_concrete_function()
+    return FrozenGraph(
+        name="two_splits",
+        graph_def=concrete.graph.as_graph_def(),
+        signature_name="serving_default",
+        inputs=(TensorSpec("x", (None, 4), "float32"),),
+        input_tensors=tuple(t.name for t in concrete.inputs),
+        outputs=(TensorSpec("output_0", (None,), "float32"),),
         output_tensors=tuple(t.name for t in concrete.outputs),
     )

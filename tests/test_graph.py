@@ -374,6 +374,15 @@ def test_every_edge_from_an_op_not_typed_by_T_gets_its_cast(dtype, rtol):
     assert np.abs(got - expected).max() <= rtol * np.abs(expected).max()
 
 
+def test_casts_of_two_outputs_whose_names_differ_only_by_port_get_two_names():
+    graph = gm.two_splits()
+    rewritten, _ = rewrite_graph(graph.graph_def, graph.output_tensors, "bfloat16")
+    casts = {n.name: n.input[0] for n in rewritten.node if "mpconvert_cast_bfloat16" in n.name}
+    assert casts == {"split/mpconvert_cast_bfloat16_1": "split:1", "split_1/mpconvert_cast_bfloat16": "split_1"}
+    (got,) = graph.with_graph(rewritten).predict([np.ones((3, 4), np.float32)])
+    assert got.tolist() == [12.0, 12.0, 12.0]
+
+
 def _node(graph_def, name, op, inputs=(), **types):
     node = graph_def.node.add(name=name, op=op)
     node.input.extend(inputs)
@@ -410,6 +419,11 @@ def test_the_edge_check_names_an_edge_left_without_its_cast():
     check_edges(graph_def)
     with tf.Graph().as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
+
+    _node(graph_def, "mm", "Identity", ["lookup"], T=tf.float32)
+    with pytest.raises(RewriteError, match="two nodes are named mm"):
+        check_edges(graph_def)
+    graph_def.node.pop()
 
     # A dtype its op does not allow (Betainc is float32 and float64 only) is named before its edges.
     _node(graph_def, "beta", "Betainc", ["lookup", "lookup", "lookup"], T=tf.float16)

@@ -30,6 +30,7 @@ imports it.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 ALLOW = {
@@ -178,7 +179,7 @@ def _dtype_name(dtype: int) -> str:
 
 
 def check_edges(graph_def) -> None:
-    """Raise RewriteError unless every edge carries the dtype its consumer takes and every dtype is allowed.
+    """Raise RewriteError unless node names are unique, every edge's two dtypes agree and its op allows each.
 
     Both ends are read from the op defs (the producer's output port, the
     consumer's input port), independently of how the rewrite decided them,
@@ -189,6 +190,10 @@ def check_edges(graph_def) -> None:
     op_defs = _OpDefs(graph_def)
     ports = {node.name: _ports(node, op_defs) for node in graph_def.node}
     ops = {node.name: node.op for node in graph_def.node}
+    counts = Counter(node.name for node in graph_def.node)
+    twice = sorted(name for name, count in counts.items() if count > 1)
+    if twice:  # an edge names its producer, so none can be judged until names are unique
+        raise RewriteError(f"the 16-bit rewrite made an invalid graph: two nodes are named {', '.join(twice)}")
     problems = []
     for node in graph_def.node:
         op_def = op_defs.get(node.op)
@@ -386,7 +391,9 @@ def rewrite_graph(
     def cast(ref: str, source: int, to: int) -> str:
         key = (ref, to)
         if key not in casts:
-            name = f"{ref.replace(':', '_')}/mpconvert_cast_{tf.as_dtype(to).name}"
+            # Named by node and port: "split:1" once became split_1/..., the name of node split_1's own cast.
+            source_name, index = producer(ref)
+            name = f"{source_name}/mpconvert_cast_{tf.as_dtype(to).name}" + (f"_{index}" if index else "")
             node = tf.compat.v1.NodeDef(name=name, op="Cast")
             node.input.append(ref)
             node.attr["SrcT"].type = source
