@@ -8,6 +8,13 @@
   away: in bfloat16 (spacing 4 at 1000) the signal is rounded away without any overflow, so only
   the accuracy-driven search finds the node to keep (the first matmul); `offset_npz` labels its rows.
 - `no_signatures`: a tf.Module saved without any signature.
+- `transformer`: a Keras 3 `model.export()` of a one-block transformer encoder (Embedding,
+  MultiHeadAttention, residual + LayerNormalization, pooling, softmax) trained on
+  `majority_tokens` rows; `transformer_npz` holds rows it never saw. Its embedding lookup
+  (GatherV2, whose dtype attribute is Tparams, not T) feeds the 16-bit query/key/value matmuls.
+- `typed_edges`: a GraphDef whose float32 edges come from ops typed by other attributes than T
+  (GatherV2, Cast, Split, BatchMatMulV3) into nodes the rewrite puts in 16 bits.
+- `two_splits`: output 1 of node `split` and output 0 of node `split_1` both need a Cast to 16 bits.
 """
 
 from __future__ import annotations
@@ -163,3 +170,123 @@ def no_signatures(path):
     module.v = tf.Variable(1.0)
     tf.saved_model.save(module, str(path), signatures={})
     return path
+
+
+TOKENS, LENGTH, GROUPS = 50, 12, 3
+
+
+def majority_tokens(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token rows (rows, LENGTH) int32 and their class: which third of the vocabulary holds most of the row's tokens.
+
+    Rows whose largest count is tied are drawn again, so every label is
+    unambiguous and a well-trained model can score near 1.0: the accuracy
+    drop then measures the 16-bit rewrite, not label noise.
+    """
+    rng = np.random.default_rng(seed)
+    xs, ys = [], []
+    while sum(len(x) for x in xs) < rows:
+        x = rng.integers(0, TOKENS, size=(rows, LENGTH), dtype=np.int32)
+        counts = np.stack([np.count_nonzero(x * GROUPS // TOKENS == g, axis=1) for g in range(GROUPS)], axis=1)
+        top = np.sort(counts, axis=1)
+        clear = top[:, -1] > top[:, -2]
+        xs.append(x[clear])
+        ys.append(np.argmax(counts, axis=1)[clear])
+    return np.concatenate(xs)[:rows], np.concatenate(ys)[:rows].astype(np.int64)
+
+
+def transformer(path, seed: int = 0):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((LENGTH,), dtype="int32")
+    embedded = keras.layers.Embedding(TOKENS, 16, name="emb")(tokens)
+    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(embedded, embedded)
+    hidden = keras.layers.LayerNormalization(name="norm")(keras.layers.Add()([embedded, attended]))
+    pooled = keras.layers.GlobalAveragePooling1D()(hidden)
+    model = keras.Model(tokens, keras.layers.Dense(GROUPS, activation="softmax", name="head")(pooled))
+    x, y = majority_tokens(1200, seed=5)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=8, batch_size=64, verbose=0)
+    model.export(str(path), verbose=False)
+    return path
+
+
+def transformer_npz(path, rows: int = 400):
+    """Validation rows for `transformer`, from another seed than its training rows."""
+    x, y = majority_tokens(rows, seed=6)
+    np.savez(path, x=x, y=y)
+    return path
+
+
+def typed_edges():
+    """A FrozenGraph (ids int32 (n, 3), x float32 (n, 4) -> out float32 (n, 4)) whose float32 edges into
+    16-bit nodes come from ops typed by other attributes than T, and a residual add that must stay float32.
+
+    - GatherV2 (Tparams) feeds a BatchMatMulV2 and an Einsum;
+    - Cast (DstT) and Split's second output (num_split outputs of T) feed MatMuls;
+    - BatchMatMulV3 (Ta, Tb, Tout; never retyped: no float16 CPU kernel) feeds the Einsum;
+    - `emb + BatchMatMulV2(emb, w)` reads the float32 lookup beside a 16-bit matmul.
+    """
+    import tensorflow as tf
+
+    from mpconvert.frozen.freeze import FrozenGraph
+    from mpconvert.signature import TensorSpec
+
+    rng = np.random.default_rng(7)
+    table = rng.normal(size=(10, 4)).astype(np.float32)
+    w3, w2, w4 = (rng.normal(size=(n, 4)).astype(np.float32) * 0.5 for n in (3, 2, 4))
+
+    @tf.function(
+        input_signature=[tf.TensorSpec((None, 3), tf.int32, name="ids"), tf.TensorSpec((None, 4), tf.float32, name="x")]
+    )
+    def serve(ids, x):
+        emb = tf.gather(tf.constant(table), ids)  # (n, 3, 4)
+        counted = tf.matmul(tf.cast(ids, tf.float32), tf.constant(w3))
+        _, right = tf.split(x, 2, axis=1)
+        halves = tf.matmul(right, tf.constant(w2))
+        scores = tf.raw_ops.BatchMatMulV3(x=emb, y=tf.transpose(emb, [0, 2, 1]), Tout=tf.float32)
+        mixed = tf.reduce_sum(tf.einsum("bij,bjk->bik", scores, emb), axis=1)
+        residual = tf.reduce_sum(emb + tf.matmul(emb, tf.constant(w4)), axis=1)
+        return counted + halves + mixed + residual
+
+    concrete = serve.get_concrete_function()
+    return FrozenGraph(
+        name="typed_edges",
+        graph_def=concrete.graph.as_graph_def(),
+        signature_name="serving_default",
+        inputs=(TensorSpec("ids", (None, 3), "int32"), TensorSpec("x", (None, 4), "float32")),
+        input_tensors=tuple(t.name for t in concrete.inputs),
+        outputs=(TensorSpec("output_0", (None, 4), "float32"),),
+        output_tensors=tuple(t.name for t in concrete.outputs),
+    )
+
+
+def two_splits():
+    """A FrozenGraph (x float32 (n, 4) -> (n,) float32): sum(x[:, 2:] @ ones) + sum((2x)[:, :2] @ ones) per row.
+
+    tf.function names the splits `split` and `split_1`, so casting `split:1` and `split_1:0` tells the two
+    apart only by port: all ones in gives 2 * (2 + 4) = 12 per row, exactly, in any of the three dtypes.
+    """
+    import tensorflow as tf
+
+    from mpconvert.frozen.freeze import FrozenGraph
+    from mpconvert.signature import TensorSpec
+
+    ones = np.ones((2, 2), np.float32)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, 4), tf.float32, name="x")])
+    def serve(x):
+        _, right = tf.split(x, 2, axis=1)
+        left, _ = tf.split(x * 2.0, 2, axis=1)
+        return tf.reduce_sum(tf.matmul(right, tf.constant(ones)) + tf.matmul(left, tf.constant(ones)), axis=1)
+
+    concrete = serve.get_concrete_function()
+    return FrozenGraph(
+        name="two_splits",
+        graph_def=concrete.graph.as_graph_def(),
+        signature_name="serving_default",
+        inputs=(TensorSpec("x", (None, 4), "float32"),),
+        input_tensors=tuple(t.name for t in concrete.inputs),
+        outputs=(TensorSpec("output_0", (None,), "float32"),),
+        output_tensors=tuple(t.name for t in concrete.outputs),
+    )

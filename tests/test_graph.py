@@ -1,8 +1,9 @@
 """SavedModels without Keras metadata, converted at graph level: op dtypes, parity, accuracy, refusals.
 
-The models are tests/graph_models.py's: a Keras 3 `model.export()` CNN, a
-tf.Module with two matmuls and a softmax, a two-input two-output module, an
-overflowing one, and one saved without signatures.
+The models are tests/graph_models.py's: a Keras 3 `model.export()` CNN and
+transformer encoder, a tf.Module with two matmuls and a softmax, a two-input
+two-output module, an overflowing one, one saved without signatures, and a
+graph whose float32 edges come from ops not typed by T.
 """
 
 import json
@@ -15,6 +16,7 @@ from conftest import invoke
 
 import mpconvert
 from mpconvert.frozen.freeze import load_frozen
+from mpconvert.frozen.rewrite import RewriteError, check_edges, rewrite_graph
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +268,164 @@ def test_the_slow_kernel_guard_restarts_a_graph_conversion_with_onednn_off(model
     assert found["done"].startswith("restarted with TF_ENABLE_ONEDNN_OPTS=0")
     assert found["found"]["float32_ms"] > 0 and found["fixed"]["converted_ms"] > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.fixture(scope="module")
+def transformer(tmp_path_factory):
+    root = tmp_path_factory.mktemp("transformer")
+    return gm.transformer(root / "export"), gm.transformer_npz(root / "tokens.npz")
+
+
+@pytest.mark.parametrize("policy,dtype", [("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")])
+def test_an_exported_transformer_converts_with_16bit_attention_and_keeps_its_accuracy(
+    transformer, tmp_path, policy, dtype
+):
+    """Its embedding lookup (GatherV2, typed by Tparams) feeds the 16-bit query/key/value matmuls.
+
+    That edge once got no Cast, and the first import of the rewritten graph failed.
+    """
+    model, data = transformer
+    out = tmp_path / "out"
+    result = invoke(model, "--policy", policy, "--data", data, "--out", out)
+    assert result.exit_code == 0, result.output
+    report = report_of(out)
+    # Allow ops: 4 BatchMatMulV2 (query, key, value, output projections), 2 Einsum (scores, weighted values),
+    # the head's MatMul. Infer ops following them: a Reshape and the bias AddV2 after each of query, key and
+    # value, the score scaling Mul, the output projection's Reshape and BiasAdd, the head's BiasAdd: 10.
+    rewrite = next(c for c in report["gate"]["checks"] if c["name"] == "policy rewrite")
+    assert rewrite["message"] == f"17 nodes converted to {policy}, 0 kept float32"
+    v = report["validation"]
+    # The labels are a function of the tokens without ties; the trained float32 model scored 1.0 on these rows.
+    assert v["metric"] == "accuracy" and v["rows"] == 400 and v["reference"] >= 0.95
+    assert v["drop"] <= report["gate"]["thresholds"]["max_drop"] == 0.01
+    dtypes = saved_op_dtypes(out / "savedmodel")
+    assert dtypes["BatchMatMulV2"] == {dtype} and dtypes["Einsum"] == {dtype} and dtypes["MatMul"] == {dtype}
+    # Softmax and LayerNormalization's statistics stay float32; the residual add reads the float32 lookup.
+    assert dtypes["Softmax"] == {"float32"} and dtypes["Mean"] == {"float32"} and dtypes["Rsqrt"] == {"float32"}
+    fn = tf.saved_model.load(str(out / "savedmodel")).signatures["serving_default"]
+    assert [s.dtype for s in fn.structured_input_signature[1].values()] == [tf.int32]
+    checks = {c["name"]: c for c in report["gate"]["checks"]}
+    assert {a["kind"] for a in report["artifacts"]} == {"savedmodel", "onnx"}
+    assert checks["artifact parity: savedmodel"]["passed"] and checks["artifact parity: onnx"]["passed"]
+    assert all(c["passed"] for c in checks.values()) and report["passed"]
+
+
+def test_the_embedding_lookup_reaches_the_16bit_matmuls_through_one_cast(transformer):
+    graph = load_frozen(transformer[0])
+    (gather,) = [n.name for n in graph.graph_def.node if n.op == "GatherV2"]
+    readers = {n.name: n.op for n in graph.graph_def.node if gather in n.input}
+    assert sorted(readers.values()) == ["AddV2", "BatchMatMulV2", "BatchMatMulV2", "BatchMatMulV2"]
+    rewritten, _ = rewrite_graph(graph.graph_def, graph.output_tensors, "bfloat16")
+    nodes = {n.name: n for n in rewritten.node}
+    cast = nodes[f"{gather}/mpconvert_cast_bfloat16"]
+    assert list(cast.input) == [gather] and (cast.attr["SrcT"].type, cast.attr["DstT"].type) == (
+        tf.float32.as_datatype_enum,
+        tf.bfloat16.as_datatype_enum,
+    )
+    for name, op in readers.items():
+        node = nodes[name]
+        if op == "BatchMatMulV2":  # query, key and value share the one cast
+            assert node.input[0] == cast.name and node.attr["T"].type == tf.bfloat16.as_datatype_enum
+        else:  # the residual add stays float32 beside the float32 lookup, and casts the attention output back
+            assert node.input[0] == gather and node.attr["T"].type == tf.float32.as_datatype_enum
+            assert (
+                nodes[node.input[1]].op == "Cast"
+                and nodes[node.input[1]].attr["DstT"].type == tf.float32.as_datatype_enum
+            )
+
+
+@pytest.mark.parametrize("dtype,rtol", [("bfloat16", 2e-2), ("float16", 2e-3)])
+def test_every_edge_from_an_op_not_typed_by_T_gets_its_cast(dtype, rtol):
+    graph = gm.typed_edges()
+    rewritten, decisions = rewrite_graph(graph.graph_def, graph.output_tensors, dtype)
+    assert sorted((d.class_name, d.policy) for d in decisions) == [
+        ("AddV2", "16-bit"),  # counted + halves: both 16-bit matmuls
+        ("BatchMatMulV2", "16-bit"),
+        ("Einsum", "16-bit"),
+        ("MatMul", "16-bit"),
+        ("MatMul", "16-bit"),
+    ]
+    nodes = {n.name: n for n in rewritten.node}
+    casts = sorted(
+        (
+            nodes[c.input[0].partition(":")[0]].op,
+            c.input[0].partition(":")[2] or "0",
+            tf.as_dtype(c.attr["DstT"].type).name,
+        )
+        for c in rewritten.node
+        if c.name.rpartition("/")[2].startswith("mpconvert_cast_")
+    )
+    assert casts == sorted(
+        [
+            ("GatherV2", "0", dtype),  # one cast for the BatchMatMulV2 and the Einsum
+            ("Cast", "0", dtype),
+            ("Split", "1", dtype),
+            ("BatchMatMulV3", "0", dtype),
+            ("Einsum", "0", "float32"),  # into the Sum
+            ("BatchMatMulV2", "0", "float32"),  # into the residual add, which reads the float32 lookup
+            ("AddV2", "0", "float32"),  # into the add that reads the float32 Sum
+        ]
+    )
+    assert nodes["BatchMatMulV3"].attr["Tout"].type == tf.float32.as_datatype_enum
+    rng = np.random.default_rng(8)
+    rows = [rng.integers(0, 10, size=(64, 3)).astype(np.int32), rng.normal(size=(64, 4)).astype(np.float32)]
+    (expected,) = graph.predict(rows)
+    (got,) = graph.with_graph(rewritten).predict(rows)
+    assert np.abs(got - expected).max() <= rtol * np.abs(expected).max()
+
+
+def test_casts_of_two_outputs_whose_names_differ_only_by_port_get_two_names():
+    graph = gm.two_splits()
+    rewritten, _ = rewrite_graph(graph.graph_def, graph.output_tensors, "bfloat16")
+    casts = {n.name: n.input[0] for n in rewritten.node if "mpconvert_cast_bfloat16" in n.name}
+    assert casts == {"split/mpconvert_cast_bfloat16_1": "split:1", "split_1/mpconvert_cast_bfloat16": "split_1"}
+    (got,) = graph.with_graph(rewritten).predict([np.ones((3, 4), np.float32)])
+    assert got.tolist() == [12.0, 12.0, 12.0]
+
+
+def _node(graph_def, name, op, inputs=(), **types):
+    node = graph_def.node.add(name=name, op=op)
+    node.input.extend(inputs)
+    for attr, dtype in types.items():
+        node.attr[attr].type = dtype.as_datatype_enum
+    return node
+
+
+def test_the_edge_check_names_an_edge_left_without_its_cast():
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import tensor_util
+
+    graph_def = graph_pb2.GraphDef()
+    table = _node(graph_def, "table", "Const", dtype=tf.float32)
+    table.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(np.ones((5, 2), np.float32)))
+    _node(graph_def, "ids", "Placeholder", dtype=tf.int32)
+    axis = _node(graph_def, "axis", "Const", dtype=tf.int32)
+    axis.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(0, tf.int32))
+    _node(
+        graph_def, "lookup", "GatherV2", ["table", "ids", "axis"], Tparams=tf.float32, Tindices=tf.int32, Taxis=tf.int32
+    )
+    weights = _node(graph_def, "w", "Const", dtype=tf.bfloat16)
+    weights.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(np.ones((2, 2)), tf.bfloat16))
+    matmul = _node(graph_def, "mm", "MatMul", ["lookup", "w"], T=tf.bfloat16)
+    with pytest.raises(
+        RewriteError, match=r"input 0 of mm \(MatMul\) takes bfloat16 but lookup \(GatherV2\) gives float32$"
+    ):
+        check_edges(graph_def)
+    with pytest.raises(ValueError, match="incompatible with expected bfloat16"), tf.Graph().as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")  # TensorFlow agrees
+
+    _node(graph_def, "lookup/cast", "Cast", ["lookup"], SrcT=tf.float32, DstT=tf.bfloat16).attr["Truncate"].b = False
+    matmul.input[0] = "lookup/cast"
+    check_edges(graph_def)
+    with tf.Graph().as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+
+    _node(graph_def, "mm", "Identity", ["lookup"], T=tf.float32)
+    with pytest.raises(RewriteError, match="two nodes are named mm"):
+        check_edges(graph_def)
+    graph_def.node.pop()
+
+    # A dtype its op does not allow (Betainc is float32 and float64 only) is named before its edges.
+    _node(graph_def, "beta", "Betainc", ["lookup", "lookup", "lookup"], T=tf.float16)
+    with pytest.raises(RewriteError, match=r"beta \(Betainc\) has T=float16, which its op does not allow"):
+        check_edges(graph_def)
