@@ -215,9 +215,10 @@ def check_edges(graph_def) -> None:
             if name not in ports:
                 problems.append(f"input {i} of {node.name} ({node.op}) reads {ref}, which is not in the graph")
                 continue
-            if ports[name] is None:
+            port = ports[name]
+            if port is None:
                 continue
-            gives = ports[name][1]
+            gives = port[1]
             if index >= len(gives):
                 problems.append(f"input {i} of {node.name} ({node.op}) reads {ref}, an output its producer lacks")
             elif gives[index] != mine[0][i]:
@@ -339,10 +340,11 @@ def rewrite_graph(
             if kept(node):
                 decisions[node.name] = NodeDecision(node.name, node.op, None, kept(node))
                 continue
-            if ports[node.name] is None:
+            port = ports[node.name]
+            if port is None:
                 continue
             # The float inputs are the ports the op takes float32 at, whatever produces them.
-            floats = [ref for ref, dtype in zip(_data_inputs(node), ports[node.name][0]) if dtype == DT_FLOAT]
+            floats = [ref for ref, dtype in zip(_data_inputs(node), port[0]) if dtype == DT_FLOAT]
             if any(gives_half(r) for r in floats) and all(gives_half(r) or constant(producer(r)[0]) for r in floats):
                 sixteen.add(node.name)
                 changed = True
@@ -358,7 +360,8 @@ def rewrite_graph(
         if found is not None:
             return found[0][i]
         name, index = producer(ref)  # an op without an op def is never retyped: it takes what it was given
-        return ports[name][1][index] if ports[name] is not None else None
+        port = ports[name]
+        return port[1][index] if port is not None else None
 
     # A float32 constant that every reader now takes in 16 bits is stored in 16 bits (half the bytes).
     halved = {
@@ -379,14 +382,15 @@ def rewrite_graph(
         found = new_ports(name)
         if found is not None:
             return found[1][index]
-        return ports[reader][0][i] if ports[reader] is not None else None
+        port = ports[reader]
+        return port[0][i] if port is not None else None
 
     out = graph_pb2.GraphDef()
     out.CopyFrom(graph_def)
     del out.node[:]
     casts: dict[tuple[str, int], str] = {}
     extra = []
-    floats = {DT_FLOAT, half.as_datatype_enum}
+    float_types = {DT_FLOAT, half.as_datatype_enum}
 
     def cast(ref: str, source: int, to: int) -> str:
         key = (ref, to)
@@ -419,7 +423,7 @@ def rewrite_graph(
             source, to = gives(ref, original.name, i), takes(original.name, i, ref)
             if source is None or to is None or source == to:
                 continue
-            if source not in floats or to not in floats:
+            if source not in float_types or to not in float_types:
                 raise RewriteError(
                     f"the 16-bit rewrite left input {i} of {node.name} ({node.op}) taking {_dtype_name(to)} "
                     f"from {ref}, which gives {_dtype_name(source)}: no Cast can join them"
@@ -433,14 +437,3 @@ def rewrite_graph(
         if node.name in sixteen and node.name not in decisions and node.op in INFER and node.op not in PASS_THROUGH:
             decisions[node.name] = NodeDecision(node.name, node.op, "16-bit", None)
     return out, [decisions[n.name] for n in graph_def.node if n.name in decisions]
-
-
-def op_dtypes(graph_def) -> dict[str, set[str]]:
-    """{op type: the dtypes (T) it computes in}: what a test or a user checks the saved graph by."""
-    import tensorflow as tf
-
-    found: dict[str, set[str]] = {}
-    for node in graph_def.node:
-        if "T" in node.attr and node.attr["T"].type:
-            found.setdefault(node.op, set()).add(tf.as_dtype(node.attr["T"].type).name)
-    return found
