@@ -42,6 +42,7 @@ from .hooks import NO_HOOKS, Hooks
 from .kinds import Capability, ModelKind, Plan, open_model
 from .numerics.autokeep import AutoKeep, passes
 from .numerics.lint import Lint
+from .numerics.search import Goal
 from .options import PARITY_SAMPLES, ConvertOptions, ExportOptions, RewriteOptions, SaveOptions
 from .outdir import claimed_output, staged_output
 from .pad import PadPlan
@@ -224,15 +225,10 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
         candidate, tuning, validation = convert_with(rewrite_options)
         if auto.mode == "search" and not passes(validation.as_dict(), thresholds):
             with clock.stage("search"):
-                searched, rewrite_options = source.search(
-                    context,
-                    candidate,
-                    rewrite_options,
-                    lambda v: passes(v, thresholds),
-                    options.auto_keep.search_budget,
-                    reference,
-                    validation.as_dict(),
+                goal = Goal(
+                    lambda v: passes(v, thresholds), options.auto_keep.search_budget, reference, validation.as_dict()
                 )
+                searched, rewrite_options = source.search(context, candidate, rewrite_options, goal)
             auto = dataclasses.replace(auto, search=searched)
             if searched.validation is not None:
                 candidate, tuning, validation = convert_with(rewrite_options)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..context import Context
-from ..numerics.search import Search, Verdict, search_ranked, sensitivity
+from ..numerics.search import Goal, Search, search_ranked, sensitivity
 from .freeze import FrozenGraph
 from .rewrite import ALLOW, NodeDecision, producer
 
@@ -62,12 +62,10 @@ def search_nodes(
     converted: FrozenGraph,
     decisions: list[NodeDecision],
     rewrite_keeping: Callable[[list[str]], FrozenGraph],
-    reference: list[np.ndarray],
-    verdict: Verdict,
-    budget: float,
+    goal: Goal,
     rows: list[np.ndarray],
 ) -> Search:
-    """The fewest allow nodes to keep float32 so that `verdict` passes; `rewrite_keeping(kept)` rewrites."""
+    """The fewest allow nodes to keep float32 so that `goal.verdict` passes; `rewrite_keeping(kept)` rewrites."""
     started = time.perf_counter()
     ranking = rank_nodes(original, converted, decisions, rows)
     inputs = context.data.validation.inputs
@@ -75,4 +73,4 @@ def search_nodes(
     def predict_keeping(kept: list[str]) -> list[np.ndarray]:
         return rewrite_keeping(kept).predict(inputs)
 
-    return search_ranked(context, ranking, predict_keeping, reference, verdict, budget, started)
+    return search_ranked(context, ranking, predict_keeping, goal, started)

@@ -29,7 +29,7 @@ from ..fidelity import Fidelity
 from ..finetune import Finetune, StepCallback
 from ..formats import ModelFormat
 from ..numerics.lint import Lint
-from ..numerics.search import Search, Verdict
+from ..numerics.search import Goal, Search
 from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan
 from ..precision import Precision
@@ -126,12 +126,9 @@ class ModelKind(ABC):
         context: Context,
         candidate: Candidate,
         options: RewriteOptions,
-        verdict: Verdict,
-        budget: float,
-        reference: list[np.ndarray],
-        before: dict,
+        goal: Goal,
     ) -> tuple[Search, RewriteOptions]:
-        """The fewest units to keep float32 so `verdict` passes; the options with them kept (unchanged if none)."""
+        """The fewest units to keep float32 so `goal.verdict` passes; the options with them kept (unchanged if none)."""
 
     def finetune(
         self, context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None

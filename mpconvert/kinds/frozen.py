@@ -33,7 +33,7 @@ from ..frozen.rewrite import PASS_THROUGH, NodeDecision, candidates, overflowing
 from ..frozen.search import search_nodes
 from ..numerics.autokeep import search_reason
 from ..numerics.lint import OVERFLOW_MARGIN, Finding, Lint
-from ..numerics.search import Search, Verdict
+from ..numerics.search import Goal, Search
 from ..options import LINT_ROWS, PARITY_SAMPLES, ExportOptions, RewriteOptions
 from ..precision import Precision
 from ..runners.graphdef import GraphDefRunner
@@ -172,10 +172,7 @@ class FrozenKind(ModelKind):
         context: Context,
         candidate: Any,
         options: RewriteOptions,
-        verdict: Verdict,
-        budget: float,
-        reference: list[np.ndarray],
-        before: dict,
+        goal: Goal,
     ) -> tuple[Search, RewriteOptions]:
         def rewrite_keeping(kept: list[str]) -> FrozenGraph:
             trial = options.auto_keep + tuple((name, "accuracy-driven search: trial") for name in kept)
@@ -183,12 +180,10 @@ class FrozenKind(ModelKind):
 
         rows = [x[:LINT_ROWS] for x in context.data.validation.inputs]
         decisions = list(candidate.plan.decisions)
-        found = search_nodes(
-            context, self.original, candidate.model, decisions, rewrite_keeping, reference, verdict, budget, rows
-        )
+        found = search_nodes(context, self.original, candidate.model, decisions, rewrite_keeping, goal, rows)
         if found.validation is None:
             return found, options
-        reason = search_reason(before, found.validation)
+        reason = search_reason(goal.before, found.validation)
         return found, dataclasses.replace(options, auto_keep=options.auto_keep + tuple((k, reason) for k in found.kept))
 
     def writers(

@@ -28,7 +28,7 @@ from ..frameworks import Framework
 from ..load import Loaded
 from ..numerics.autokeep import keep_by_lint, keep_by_search
 from ..numerics.lint import Lint
-from ..numerics.search import Search, Verdict
+from ..numerics.search import Goal, Search
 from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan, pad, plan_model_padding
 from ..precision import Precision
@@ -104,12 +104,9 @@ class KerasKind(ModelKind):
         context: Context,
         candidate: Any,
         options: RewriteOptions,
-        verdict: Verdict,
-        budget: float,
-        reference: list[np.ndarray],
-        before: dict,
+        goal: Goal,
     ) -> tuple[Search, RewriteOptions]:
-        return keep_by_search(context, self.loaded, candidate, options, verdict, budget, reference, before)
+        return keep_by_search(context, self.loaded, candidate, options, goal)
 
     def finetune(
         self, context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None

@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..configs import model_class, model_config
 from ..context import Context
 from ..gate import validation_checks
@@ -22,7 +20,7 @@ from ..options import LINT_ROWS, RewriteOptions
 from ..rewrite import Plan, Rewritten, plan_conversion
 from ..thresholds import Thresholds
 from .lint import Lint, lint
-from .search import Search, Verdict, search
+from .search import Goal, Search, search
 
 
 @dataclass(frozen=True)
@@ -76,21 +74,14 @@ def keep_by_search(
     loaded: Loaded,
     rewritten: Rewritten,
     options: RewriteOptions,
-    verdict: Verdict,
-    budget: float,
-    reference: list[np.ndarray],
-    before: dict,
+    goal: Goal,
 ) -> tuple[Search, RewriteOptions]:
-    """Search for the layers to keep; the rewrite options with them kept (unchanged if none passes).
-
-    `reference` is the float32 model's outputs on the validation rows,
-    `before` the validation that failed.
-    """
+    """Search for the layers to keep; the rewrite options with them kept (unchanged if none passes)."""
     names = _original_names(rewritten.plan)
     smoke = [x[:2] for x in context.data.validation.inputs]
-    found = search(context, loaded, rewritten.plan, verdict, budget, smoke, rewritten.model, names, reference)
+    found = search(context, loaded, rewritten.plan, goal, smoke, rewritten.model, names)
     if found.validation is None:
         return found, options
-    reason = search_reason(before, found.validation)
+    reason = search_reason(goal.before, found.validation)
     extra = tuple((names.get(name, name), reason) for name in found.kept)
     return found, dataclasses.replace(options, auto_keep=options.auto_keep + extra)

@@ -44,6 +44,16 @@ from ..validate import judge
 Verdict = Callable[[dict], bool]  # a trial's validation (JSON form) -> passes the gate's checks
 
 
+@dataclass(frozen=True)
+class Goal:
+    """What a search must reach, and what it starts from, for layers and nodes alike."""
+
+    verdict: Verdict  # a trial passes the gate's metric, agreement and drift checks
+    budget: float  # seconds the search may take, ranking included
+    reference: list[np.ndarray]  # the float32 model's outputs on the validation rows
+    before: dict  # the validation (JSON form) that failed: what a kept unit's reason compares with
+
+
 @dataclass
 class Search:
     kept: list[str] = field(default_factory=list)  # plan names kept float32 (linear names for split heads)
@@ -101,10 +111,11 @@ def rank(
         first_calls.setdefault(call.path, call)
     scores = []
     for name in names:
-        call = first_calls.get(originals.get(name, name))
+        first = first_calls.get(originals.get(name, name))
         try:
-            if call is None:
+            if first is None:
                 raise KeyError(name)
+            call = first
             layer16 = layer_at(mixed_model, name)
             twin = _float32_twin(layer16)
             twin(*call.args, **call.kwargs)
@@ -161,17 +172,12 @@ def search(
     context: Context,
     loaded: Loaded,
     plan: Plan,
-    verdict: Verdict,
-    budget: float,
+    goal: Goal,
     smoke: list[np.ndarray],
     mixed_model: Any,
     originals: dict[str, str] | None,
-    reference: list[np.ndarray],
 ) -> Search:
-    """The smallest set of plan layers to keep float32 so that `verdict` passes.
-
-    `reference` is the float32 model's outputs on the validation rows.
-    """
+    """The smallest set of plan layers to keep float32 so that `goal.verdict` passes."""
     started = time.perf_counter()
     original, framework = loaded.model, loaded.framework
     config, cls = model_config(original), model_class(original)
@@ -184,24 +190,21 @@ def search(
         model = rebuild_with(original, framework, config, cls, plan, mixed, smoke)
         return predict(model, context.data.validation.inputs)
 
-    return search_ranked(context, ranking, predict_keeping, reference, verdict, budget, started)
+    return search_ranked(context, ranking, predict_keeping, goal, started)
 
 
 def search_ranked(
     context: Context,
     ranking: list[tuple[str, float]],
     predict_keeping: Callable[[list[str]], list[np.ndarray]],
-    reference: list[np.ndarray],
-    verdict: Verdict,
-    budget: float,
+    goal: Goal,
     started: float,
 ) -> Search:
     """The search over any ranked units (Keras layers, graph nodes).
 
     `predict_keeping(kept)` is the validation rows' outputs of the model
-    with `kept` float32 and every other unit in 16 bits; `reference` is the
-    float32 model's; `started` is when the search began (the ranking counts
-    against the budget).
+    with `kept` float32 and every other unit in 16 bits; `started` is when
+    the search began (the ranking counts against the budget).
     """
     result = Search(ranking=ranking)
     tried: dict[frozenset, bool] = {}
@@ -209,15 +212,15 @@ def search_ranked(
     def trial(kept: list[str]) -> bool:
         if frozenset(kept) in tried:  # the grow and prune steps can meet the same set
             return tried[frozenset(kept)]
-        v = judge(context, reference, predict_keeping(kept)).as_dict()
-        passed = tried[frozenset(kept)] = verdict(v)
+        v = judge(context, goal.reference, predict_keeping(kept)).as_dict()
+        passed = tried[frozenset(kept)] = goal.verdict(v)
         result.trials.append(
             {"kept": sorted(kept), "drop": v["drop"], "agreement": v["agreement"], "passed": passed, "v": v}
         )
         return passed
 
     order = [name for name, _ in ranking]
-    kept, result.outcome = smallest_set(order, trial, lambda: time.perf_counter() - started > budget)
+    kept, result.outcome = smallest_set(order, trial, lambda: time.perf_counter() - started > goal.budget)
     if kept is not None:
         result.kept = kept
         passing = [t for t in result.trials if t["passed"] and t["kept"] == sorted(kept)]
