@@ -133,7 +133,7 @@ class BatchProgress(Live):
         elif kind in ("finished", "reused"):
             self.counts["running"] -= kind == "finished"
             self.counts["done"] += 1
-            self.counts["failed"] += item["status"] != "passed"
+            self.counts["failed"] += item is not None and item["status"] != "passed"
         if not self.progress:
             return
         if self.task is None:

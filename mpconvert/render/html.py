@@ -93,7 +93,7 @@ def bar_chart(
     for i, (label, value, kind) in enumerate(rows):
         y = 8 + i * _ROW
         known = value is not None and math.isfinite(value)
-        w = max(1.0, _BAR_W * max(value, 0.0) / top) if known else 0.0
+        w = max(1.0, _BAR_W * max(value, 0.0) / top) if value is not None and known else 0.0
         text = f"{value:.4g}" if known else "n/a"
         chart.bars.append(
             {"x": _LABEL_W, "y": y, "w": round(w, 1), "h": _ROW - 6, "label": label, "text": text, "kind": kind}
@@ -307,7 +307,7 @@ def _from_report(folder: Path) -> dict:
     except (OSError, ValueError):  # an error or timeout leaves no folder: the row says so itself
         return {"max_drop": None, "speedup": None}
     paths = (report.get("speed") or {}).get("paths") or {}
-    timed = paths.get("savedmodel") or next(iter(paths.values()), {})
+    timed: dict = paths.get("savedmodel") or next(iter(paths.values()), {})
     return {"max_drop": report["gate"]["thresholds"].get("max_drop"), "speedup": timed.get("ratio")}
 
 
@@ -322,13 +322,14 @@ def batch_rows(summary: dict, folder: Path) -> list[dict]:
     rows = []
     for m in summary["models"]:
         root = str(m.get("root") or summary.get("root") or folder)
-        local = "://" not in root
-        base = Path(root) / m["folder"] if local else None
-        page = f"{m['folder']}/{REPORT_HTML}"
-        link = None
-        if m["status"] in ("passed", "gate_failed"):
-            link = Path(os.path.relpath(base / REPORT_HTML, folder)).as_posix() if local else page
-        found = _from_report(base) if local else {"max_drop": None, "speedup": None}
+        converted = m["status"] in ("passed", "gate_failed")
+        if "://" in root:  # object storage: the page is in the bucket, beside batch.json
+            link = f"{m['folder']}/{REPORT_HTML}" if converted else None
+            found = {"max_drop": None, "speedup": None}
+        else:
+            base = Path(root) / m["folder"]
+            link = Path(os.path.relpath(base / REPORT_HTML, folder)).as_posix() if converted else None
+            found = _from_report(base)
         rows.append({**m, **found, "link": link, "bar": _bar(m["drop"], found["max_drop"])})
     return rows
 
