@@ -41,8 +41,9 @@ Exit codes:
      stderr); nothing is written
   {EXIT_USAGE}  usage error (bad option or value)
   {EXIT_GATE}  converted (or re-checked), but a gate check failed: accuracy
-     drop, agreement, artifact parity (or an artifact that failed to
-     export), fine-tune health, baseline regression or speed (report.json,
+     drop or NaN/inf outputs, agreement, validation rows that fine-tuning
+     trained on (--max-overlap), artifact parity (or an artifact that failed
+     to export), fine-tune health, baseline regression or speed (report.json,
      --junit and --summary are still written and name the failing checks)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C; 143 for SIGTERM); nothing is written
 """
