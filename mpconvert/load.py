@@ -1,8 +1,11 @@
 """Read a model file into a `Loaded` value, without running code from it.
 
-Formats: Keras 3 `.keras`, `.h5` (Keras 3 first, tf-keras for files written by
-tf.keras 2.x that Keras 3 rejects), and Keras-2 SavedModel folders (those with
-`keras_metadata.pb`), which stay in tf-keras.
+Formats: Keras 3 `.keras`, `.h5`/`.hdf5` (Keras 3 first, tf-keras for files
+written by tf.keras 2.x that Keras 3 rejects), and Keras-2 SavedModel folders
+(those with `keras_metadata.pb`), which stay in tf-keras. `detect_format` also
+recognises a SavedModel folder without `keras_metadata.pb` (Keras 3
+`model.export()`, `tf.saved_model.save`) as GRAPH; such a model has no Keras
+layers and is not loaded here but frozen (kinds.open_model, frozen/freeze.py).
 
 Before any framework touches the file, its layer configs are read as plain
 JSON and a `Lambda` layer (marshalled Python bytecode that runs on load) is
@@ -61,7 +64,7 @@ def detect_format(path: Path) -> ModelFormat:
     if not path.exists():
         raise MpconvertError(
             f"model not found: {path}",
-            hint="pass a .keras or .h5 file, or a Keras SavedModel folder",
+            hint="pass a .keras or .h5 file, or a SavedModel folder (with or without keras_metadata.pb)",
         )
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
@@ -84,7 +87,8 @@ def detect_format(path: Path) -> ModelFormat:
         return ModelFormat.H5
     raise MpconvertError(
         f"unsupported model file {path.name!r}",
-        hint="mpconvert reads .keras and .h5 files and Keras SavedModel folders",
+        hint="mpconvert reads .keras and .h5 (.hdf5) files and SavedModel folders, with or without "
+        "keras_metadata.pb (without it, the main command converts the model at graph level)",
     )
 
 
@@ -257,7 +261,7 @@ def _live(model: Any, custom_objects: dict | None) -> Loaded:
     if framework is None:
         raise MpconvertError(
             f"model= got {type(model).__name__}, which is neither a path nor a Keras model",
-            hint="pass a keras.Model, a tf_keras Model, or the path of a .keras/.h5 file or Keras SavedModel folder",
+            hint="pass a keras.Model, a tf_keras Model, or the path of a .keras/.h5 file or SavedModel folder",
         )
     loss = getattr(model, "loss", None)
     # Its code, Lambdas included, is already running in this process: the

@@ -65,7 +65,9 @@ class RewriteOptions:
         (),
         kind="strings",
         metavar="REGEX",
-        help="Keep layers whose whole name or class name matches REGEX in float32 (repeatable).",
+        help="Keep layers whose whole name or class name matches REGEX in float32 (repeatable); for a "
+        "SavedModel without Keras metadata (converted at graph level), nodes whose whole name or op type "
+        "matches.",
     )
     # Layers kept float32 by the numeric lint or the search: (layer path, why).
     # Set by the pipeline, not by users (they have keep_float32).

@@ -1,8 +1,15 @@
 """The converted model against the float32 original, as a result object.
 
-The metric is computed on the first model output; the output difference
-covers every output. A drop is always "how much worse": reference minus
-converted for accuracy, converted minus reference for mean squared error.
+Every output is scored under its own name (`compare_output`, once per output):
+its metric and drop where it has labels, its agreement (and with labels the
+harm counts) where it is a classifier, and always its largest difference
+from the float32 model and its NaN/inf count. `compare` puts
+them together: the top-level fields are the primary output's (the first
+with labels, else the first), NaN/inf counts and the largest difference
+cover every output, and a model with several outputs also gets the list of
+each one's measurements (`outputs`). A drop is always "how much worse":
+reference minus converted for accuracy, converted minus reference for mean
+squared error.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ class Validation:
     drop: float | None
     agreement: float | None  # over the decisive rows (not near-ties)
     max_abs_diff: float | None
-    data: str  # "npz" or "generated"
+    data: str  # "npz", "callable", "arrays" or "generated" (data.EvalData.source)
     rows: int
     nonfinite_outputs: int
     nonfinite_by_output: dict[str, int] | None = None  # output name -> NaN/inf values, where any

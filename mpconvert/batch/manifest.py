@@ -152,7 +152,8 @@ def _refuse(source: Path, problems: list[str]) -> None:
         count = f"{len(problems)} problem" + ("s" if len(problems) > 1 else "")
         raise MpconvertError(
             f"{source} has {count}: " + "; ".join(problems),
-            hint="fix every problem listed; keys are the main command's options with underscores (README: Batch)",
+            hint="fix every problem listed; keys are the main command's options with underscores "
+            "(docs/batch.md: The manifest)",
         )
 
 

@@ -41,8 +41,9 @@ Exit codes:
      stderr); nothing is written
   {EXIT_USAGE}  usage error (bad option or value)
   {EXIT_GATE}  converted (or re-checked), but a gate check failed: accuracy
-     drop, agreement, artifact parity (or an artifact that failed to
-     export), fine-tune health, baseline regression or speed (report.json,
+     drop or NaN/inf outputs, agreement, validation rows that fine-tuning
+     trained on (--max-overlap), artifact parity (or an artifact that failed
+     to export), fine-tune health, baseline regression or speed (report.json,
      --junit and --summary are still written and name the failing checks)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C; 143 for SIGTERM); nothing is written
 """
@@ -71,7 +72,7 @@ class _DefaultToConvert(click.Group):
 @click.group(cls=_DefaultToConvert, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="mpconvert")
 def cli() -> None:
-    """Convert float32 Keras models to mixed precision and export them."""
+    """Convert float32 Keras models and SavedModels to mixed precision and export them."""
 
 
 def split_export(conversion: dict) -> tuple[dict, dict]:
@@ -91,7 +92,15 @@ def split_export(conversion: dict) -> tuple[dict, dict]:
 @quiet_option
 @debug_option
 def convert_command(model, policy, out, force, conversion, junit, summary, as_json, quiet, debug):
-    """Convert MODEL (.keras, .h5 or Keras SavedModel folder) to mixed precision."""
+    """Convert MODEL to mixed precision: a .keras or .h5 (.hdf5) file, or a SavedModel folder.
+
+    A SavedModel with keras_metadata.pb (tf.keras 2.x) is converted layer by
+    layer, as the files are. One without it (Keras 3 model.export(),
+    tf.saved_model.save of a tf.Module, TF Hub and TF Serving models) has no
+    Keras layers and is converted at graph level: its serving signature
+    (--signature) is frozen and its nodes rewritten, without fine-tuning or
+    padding.
+    """
     outputs = Outputs(junit, summary, as_json, quiet)
     if policy is None:
         raise click.UsageError("Missing option '--policy'.")
@@ -124,13 +133,20 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
     "imports",
     "unsafe_deserialization",
     help_text={
+        "keep_float32": "Keep layers whose whole name or class name matches REGEX in float32 (repeatable).",
         "data": "Calibration data for the numeric lint (as for the main command).",
         "auto_keep": "off skips the numeric lint; lint and search run it.",
     },
 )
 @debug_option
 def inspect_command(model, policy, debug, **keywords):
-    """Print the per-layer plan for MODEL without converting it: policies, numeric lint and padding."""
+    """Print the per-layer plan for MODEL without converting it: policies, numeric lint and padding.
+
+    MODEL needs Keras layers: a .keras or .h5 (.hdf5) file, or a SavedModel
+    folder with keras_metadata.pb. A SavedModel without it (Keras 3
+    model.export(), tf.saved_model.save) is refused; the main command
+    converts it at graph level.
+    """
 
     def action() -> int:
         from ..api import inspect

@@ -122,7 +122,7 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
                     f"  [yellow]{art['path']} did not run as written[/]: this ONNX Runtime has no "
                     f"{report['policy'].split('_')[-1]} kernel for {', '.join(emulated[:6])}"
                     f"{' and more' if len(emulated) > 6 else ''}; it was checked on a copy that computes those "
-                    "ops in float32 and rounds back (see README: which runtimes run it natively)"
+                    "ops in float32 and rounds back (see docs/report.md: Which runtimes run the 16-bit ONNX files)"
                 )
     for check in gate["checks"]:
         mark = "[green]pass[/]" if check["passed"] else "[bold red]FAIL[/]"

@@ -39,11 +39,13 @@ These are not conversion options (the API has its own way to say them):
 | `--summary FILE\\|-` | main, `check`, `batch`, `batch-merge` | write a Markdown summary for a CI job page; `-` prints it on stdout |
 | `--json` | main, `check`, `batch`, `batch-merge`, `doctor` | print the report (or batch summary, or findings) as JSON on stdout and nothing else there |
 | `--quiet`, `-q` | main, `check`, `batch`, `batch-merge` | print nothing but errors (and what `--json` or `--summary -` ask for) |
+| `--html FILE` | `check` | also write the re-checked report as one self-contained HTML page (a conversion always writes `report.html`) |
 | `--debug` | every command | show tracebacks and framework logs |
 | `--version`, `--help` | `mpconvert` | the installed version; the options of a command (`mpconvert COMMAND --help`) |
 
 `batch`'s own flags (`--jobs`, `--timeout`, `--resume`, `--shard`, `--shards`, and its
-`--baseline`, a batch.json) are in [batch.md](batch.md).
+`--baseline`, a batch.json) are in [batch.md](batch.md); `doctor`'s (`--budget`, and
+`--speed-batch` for `doctor MODEL`) in [speed.md](speed.md).
 """
 
 _KIND_WORDS = {
