@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
     spec_path = Path(argv[0])
     spec = json.loads(spec_path.read_text())
     _die_with_parent(spec["parent"])
-    from ..cli.process import silence_frameworks, unwind_on_sigterm
+    from ..process import silence_frameworks, unwind_on_sigterm
 
     silence_frameworks()
     unwind_on_sigterm()  # a stopped batch stops its workers; they clean up like Ctrl-C
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     try:
         result = run(spec)
     except Restart as exc:  # a broken 16-bit kernel: this worker again, with oneDNN's rewrites off
-        from ..cli.process import restart
+        from ..process import restart
 
         restart(exc, [sys.executable, "-m", "mpconvert.batch.worker", *argv], quiet=True)
     except KeyboardInterrupt:
