@@ -124,3 +124,11 @@ def test_the_manifest_takes_each_key_with_its_declared_toml_type(tmp_path):
     (job,) = manifest.load_manifest(tmp_path / "batch.toml")
     assert job.export == ("savedmodel",) and job.bench_onnx is True
     assert job.keywords["pad_multiple"] == 16 and job.keywords["keep_float32"] == ("dense",)
+
+
+def test_doctor_budget_defaults_to_the_timing_constant():
+    from mpconvert.cli.doctor import doctor_command
+    from mpconvert.speed.model_timing import DEFAULT_BUDGET_S
+
+    (budget,) = [p for p in doctor_command.params if p.name == "budget"]
+    assert budget.default == DEFAULT_BUDGET_S
