@@ -7,6 +7,7 @@ must not overlap) happens here, once.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -250,13 +251,18 @@ class ExportOptions:
     )
 
     def __post_init__(self) -> None:
-        unknown = [k for k in self.kinds if k not in EXPORT_KINDS]
-        if unknown or not self.kinds:
-            raise MpconvertError(
-                f"unknown export kind(s) {', '.join(map(repr, unknown)) or '(none given)'}",
-                hint=f"choose from {', '.join(EXPORT_KINDS)}",
-            )
+        check_export_kinds(self.kinds)
         check_opset(self.opset)
+
+
+def check_export_kinds(kinds: tuple[str, ...]) -> None:
+    """Refuse an empty or unknown choice of artifacts; the --export flag's check too."""
+    unknown = [k for k in kinds if k not in EXPORT_KINDS]
+    if unknown or not kinds:
+        raise MpconvertError(
+            f"unknown export kind(s) {', '.join(map(repr, unknown)) or '(none given)'}",
+            hint=f"choose from {', '.join(EXPORT_KINDS)}, comma-separated",
+        )
 
 
 def check_opset(opset: int) -> None:
@@ -393,15 +399,25 @@ class GateOptions:
         check_ranges(self)
         for name in ("atol", "rtol"):
             for kind, value in getattr(self, name):
-                if not (kind is None or kind in ARTIFACT_KINDS):
-                    raise MpconvertError(
-                        f"{name} names an unknown artifact kind {kind!r}",
-                        hint=f"give a {name} for one of {', '.join(ARTIFACT_KINDS)}, or one number for every kind",
-                    )
-                if not value >= 0:
-                    raise MpconvertError(
-                        f"{name}={value!r} is invalid: it must be a number >= 0", hint=f"pass a {name} >= 0"
-                    )
+                check_tolerance(name, kind, value)
+
+
+def check_tolerance(name: str, kind: str | None, value: Any) -> None:
+    """Refuse a parity tolerance (atol, rtol) for an unknown artifact kind, or not a finite number >= 0.
+
+    Finite: report.json holds the tolerances and JSON has no infinity, and
+    an infinite one would only switch the parity check off.
+    """
+    if not (kind is None or kind in ARTIFACT_KINDS):
+        raise MpconvertError(
+            f"{name} names an unknown artifact kind {kind!r}",
+            hint=f"give a {name} for one of {', '.join(ARTIFACT_KINDS)}, or one number for every kind",
+        )
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and value >= 0):
+        raise MpconvertError(
+            f"{name}={value!r} is invalid: it must be a finite number >= 0", hint=f"pass a {name} >= 0"
+        )
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,30 @@ def test_the_cli_and_the_api_refuse_the_same_values(tmp_path, flag, keyword, val
     assert caught.value.message == f"{keyword}={value!r} is invalid: it must be {rule}"
 
 
+@pytest.mark.parametrize(
+    "flag,text,keywords",
+    [
+        ("--export", "bogus", {"export": "bogus"}),
+        ("--export", ",", {"export": ","}),
+        ("--atol", "tflite=1", {"atol": {"tflite": 1}}),
+        ("--rtol", "-1", {"rtol": -1}),
+        ("--atol", "inf", {"atol": float("inf")}),
+        ("--rtol", "nan", {"rtol": float("nan")}),
+    ],
+)
+def test_export_kinds_and_tolerances_are_refused_in_the_same_words_by_the_cli_and_the_api(
+    tmp_path, flag, text, keywords
+):
+    with pytest.raises(mpconvert.MpconvertError) as caught:
+        if "export" in keywords:
+            export_options(**keywords)
+        else:
+            gate_options(**keywords)
+    result = invoke(tmp_path / "m.keras", "--policy", "mixed_float16", flag, text, "--out", tmp_path / "o")
+    assert result.exit_code == 2 and flag in result.output
+    assert caught.value.message in " ".join(result.output.split())
+
+
 def test_the_manifest_takes_each_key_with_its_declared_toml_type(tmp_path):
     model = tmp_path / "m.keras"
     tiny_models.mlp(keras).save(model)
