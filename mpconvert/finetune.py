@@ -272,7 +272,9 @@ def _health(step: int, loss: float, skipped: int, scale: float | None, precision
     return None
 
 
-def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None = None) -> Finetune:
+def finetune(
+    context: Context, model: Any, options: FinetuneOptions, seed: int, on_step: StepCallback | None = None
+) -> Finetune:
     """Fine-tune `model` (the converted one) in place; the original is only read."""
     framework, data = context.framework, context.data
     train = data.train
@@ -282,7 +284,7 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
             hint="add x_train and y_train to the .npz, or pass --finetune-steps 0",
         )
     started = time.perf_counter()
-    framework.set_seed(options.seed)
+    framework.set_seed(seed)
     names = [spec.name for spec in context.signature.outputs]
     heads = tuple(i for i, y in enumerate(train.labels) if y is not None)
     losses, loss_names, labels = [], [], []
@@ -302,10 +304,10 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
 
     before = metrics_now()
 
-    batches = _Batches(train.inputs, labels, options.batch_size, options.seed)
+    batches = _Batches(train.inputs, labels, options.batch_size, seed)
     timing_batches = [batches.next() for _ in range(TIMED_STEPS + 1)]
     float32_ms = _timed_float32_step(framework, context.original, losses, heads, options, timing_batches)
-    batches = _Batches(train.inputs, labels, options.batch_size, options.seed)  # the same batches again
+    batches = _Batches(train.inputs, labels, options.batch_size, seed)  # the same batches again
 
     trainer = Trainer(
         framework, model, losses, options.learning_rate, loss_scaling=context.precision.loss_scaling, heads=heads
@@ -374,7 +376,7 @@ def finetune(context: Context, model: Any, options: FinetuneOptions, on_step: St
         loss_function="; ".join(loss_names),
         learning_rate=options.learning_rate,
         batch_size=options.batch_size,
-        seed=options.seed,
+        seed=seed,
         outputs=(
             {names[i]: {"metric": context.metrics[i], "before": before[i], "after": after.get(i)} for i in scored}
             if len(names) > 1

@@ -49,9 +49,9 @@ class Keyword:
     metavar: str = ""
     # A gate threshold: `mpconvert check` takes it too, and there an absent one keeps the report's value.
     gate: bool = False
-    # Filled in by `table`: where the value goes, and its default.
+    # Filled in by `table`: where the value goes (options class, field name), and its default.
     default: Any = None
-    targets: tuple[tuple[type, str], ...] = ()
+    target: tuple[type, str] | None = None
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -167,8 +167,8 @@ def check_ranges(options: Any) -> None:
 def table(*owners: type) -> dict[str, Keyword]:
     """Every keyword the options classes declare, by name, in declaration order.
 
-    A keyword declared by two classes (seed) is one keyword that sets both
-    fields; the first declaration's help and range are the keyword's.
+    A name is declared once: a value that two stages use (seed) is one field
+    that the pipeline hands to both, so each keyword sets exactly one field.
     """
     found: dict[str, Keyword] = {}
     for owner in owners:
@@ -178,11 +178,9 @@ def table(*owners: type) -> dict[str, Keyword]:
                 continue
             name = declared.name or field.name
             if name in found:
-                known = found[name]
-                found[name] = dataclasses.replace(known, targets=(*known.targets, (owner, field.name)))
-            else:
-                default = field.default if field.default is not dataclasses.MISSING else None
-                found[name] = dataclasses.replace(declared, name=name, default=default, targets=((owner, field.name),))
+                raise ValueError(f"keyword {name!r} is declared by {found[name].target} and {(owner, field.name)}")
+            default = field.default if field.default is not dataclasses.MISSING else None
+            found[name] = dataclasses.replace(declared, name=name, default=default, target=(owner, field.name))
     return found
 
 
@@ -200,8 +198,7 @@ def build(owner: type, keywords: Mapping[str, Any], known: Mapping[str, Keyword]
     """`owner` built from the keywords aimed at it (the rest keep its defaults), plus `fixed` fields."""
     values = dict(fixed)
     for name, value in keywords.items():
-        spec = known[name]
-        for target, field in spec.targets:
-            if target is owner:
-                values[field] = spec.to_field(value)
+        target, field = known[name].target
+        if target is owner:
+            values[field] = known[name].to_field(value)
     return owner(**values)

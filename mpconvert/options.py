@@ -140,7 +140,6 @@ class ValidateOptions:
     )
     # Rows drawn when no data is given; enough to see drift, cheap to run.
     generated_samples: int = 64
-    seed: int = keyword(0, kind="int", help="Seed for fine-tuning and generated inputs.")
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -169,7 +168,6 @@ class FinetuneOptions:
     batch_size: int = keyword(
         DEFAULT_BATCH_SIZE, kind="int", minimum=1, help="Rows per fine-tuning step and per evaluation batch."
     )
-    seed: int = keyword(0, kind="int", help="Seed for fine-tuning and generated inputs.")
     loss: str | None = keyword(
         None,
         default_text="the model's saved loss, else one for its output",
@@ -444,6 +442,9 @@ class ConvertOptions:
         help="Rows per timed call of the speed stage and --bench-onnx, a serving batch; the data's rows are "
         "repeated when it has fewer.",
     )
+    # One seed for the whole conversion: the stages that draw numbers (the
+    # generated inputs, fine-tuning) take it as an argument.
+    seed: int = keyword(0, kind="int", help="Seed for fine-tuning and generated inputs.")
 
     def __post_init__(self) -> None:
         check_ranges(self)

@@ -153,7 +153,7 @@ def inspect(options: ConvertOptions) -> Inspection:
     rewrite_options, found = options.rewrite, None
     with framework.preserved_global_policy(), loaded.deserialization():
         tasks = tasks_of(loaded.model, signature)
-        data = evaluation_data(loaded.model, signature, tasks, options.validate)
+        data = evaluation_data(loaded.model, signature, tasks, options.validate, options.seed)
         if options.auto_keep.mode != "off":
             metrics = ("accuracy",) * len(tasks)
             context = Context(loaded.model, framework, signature, tasks, metrics, data, options.precision)
@@ -184,7 +184,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         signature = signature_of(loaded.model)
         refuse_string_inputs(loaded.model, signature)
         tasks = tasks_of(loaded.model, signature)
-        data = evaluation_data(loaded.model, signature, tasks, options.validate)
+        data = evaluation_data(loaded.model, signature, tasks, options.validate, options.seed)
         metrics, thresholds = judging(options, tasks, data)
     warning = warning_for(precision) if options.speed else None
     if warning:
@@ -208,7 +208,7 @@ def convert(options: ConvertOptions, hooks: Hooks = Hooks()) -> Converted:
         tuning = None
         if finetune_options.steps:
             with clock.stage("finetune"):
-                tuning = finetune(context, rewritten.model, finetune_options, hooks.finetune_step)
+                tuning = finetune(context, rewritten.model, finetune_options, options.seed, hooks.finetune_step)
         with clock.stage("validate"):
             validation = validate(context, rewritten.model)
         return rewritten, tuning, validation

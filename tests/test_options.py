@@ -11,7 +11,7 @@ from conftest import REPO, invoke
 import mpconvert
 from mpconvert.api import conversion_options, export_options, gate_options
 from mpconvert.batch import manifest
-from mpconvert.options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
+from mpconvert.options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, ConvertOptions
 from mpconvert.render.options_doc import options_markdown
 
 COMMANDS = ("convert", "inspect", "check", "batch", "batch-merge", "doctor")
@@ -64,12 +64,30 @@ def test_signatures_list_the_declared_keywords_with_their_defaults():
 
 def test_one_keyword_fills_every_field_that_declares_it():
     options = conversion_options("m.keras", "mixed_float16", seed=7, finetune_steps=3, pad_multiple=16, atol=0.5)
-    assert options.validate.seed == 7 and options.finetune.seed == 7
+    assert options.seed == 7
     assert options.finetune.steps == 3 and options.pad.multiple == 16
     assert options.gate.atol == ((None, 0.5),)
     assert options.load.source == "m.keras" and options.rewrite.policy == "mixed_float16"
     assert export_options(export="savedmodel").kinds == ("savedmodel",)
     assert export_options(export=["onnx"], opset=13).opset == 13
+
+
+def test_a_keyword_is_declared_by_one_field_only():
+    from dataclasses import dataclass
+
+    from mpconvert.keywords import keyword, table
+
+    @dataclass(frozen=True)
+    class First:
+        seed: int = keyword(0, kind="int", help="a seed")
+
+    @dataclass(frozen=True)
+    class Second:
+        seed: int = keyword(0, kind="int", help="the same seed again")
+
+    with pytest.raises(ValueError, match="'seed' is declared by"):
+        table(First, Second)
+    assert CONVERSION_KEYWORDS["seed"].target == (ConvertOptions, "seed")
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ def convert_graph(options: ConvertOptions, clock: Any) -> tuple[FrozenGraph, Gra
         original = load_frozen(path, options.load.signature)
         signature = original.signature
         tasks = tasks_of_graph(original)
-        data = evaluation_data(original, signature, tasks, options.validate)
+        data = evaluation_data(original, signature, tasks, options.validate, options.seed)
         metrics, thresholds = judging(options, tasks, data)
     warning = warning_for(precision) if options.speed else None  # after the load, as for Keras models
     if warning:
