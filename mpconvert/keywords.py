@@ -137,7 +137,8 @@ def per_kind(value: Any) -> tuple[tuple[str | None, float], ...]:
         return ((None, float(value)),)
     if isinstance(value, Mapping):
         return tuple((kind, x if isinstance(x, str) else float(x)) for kind, x in value.items())
-    return tuple(value)
+    # Pairs as tuples: JSON gives keywords_of's pairs back as lists.
+    return tuple((kind, x) for kind, x in value)
 
 
 def check_ranges(options: Any) -> None:
@@ -202,3 +203,28 @@ def build(owner: type, keywords: Mapping[str, Any], known: Mapping[str, Keyword]
         if target is owner:
             values[field] = known[name].to_field(value)
     return owner(**values)
+
+
+def keywords_of(options: Any) -> dict[str, Any]:
+    """The keywords that build `options` again: `build`'s inverse, nested options included.
+
+    Every declared field, under its keyword, in the API's spelling (paths as
+    strings), so that the result survives JSON: for a ConvertOptions,
+    `conversion_options(model, policy, **keywords_of(options)) == options`.
+    The fields without a default (the model, the policy) are the caller's
+    own arguments; a field with a default but no keyword (set by the
+    pipeline, not by users) has no spelling, so it must hold its default.
+    """
+    found: dict[str, Any] = {}
+    for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        declared = field.metadata.get("keyword")
+        if declared is not None:
+            found[declared.name or field.name] = str(value) if isinstance(value, Path) else value
+        elif dataclasses.is_dataclass(value):
+            found.update(keywords_of(value))
+        elif field.default is not dataclasses.MISSING and value != field.default:
+            raise ValueError(
+                f"{type(options).__name__}.{field.name}={value!r} has no keyword, so keywords cannot rebuild it"
+            )
+    return found

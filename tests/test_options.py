@@ -1,17 +1,22 @@
 """Options are declared once: the flags, the API keywords, the manifest keys and the docs come from one table."""
 
+import dataclasses
 import inspect as introspect
+import json
 import re
 
 import keras
 import pytest
 import tiny_models
 from conftest import REPO, invoke
+from option_values import changed_values, option_fields, replaced, value_for
 
 import mpconvert
 from mpconvert.api import conversion_options, export_options, gate_options
 from mpconvert.batch import manifest
-from mpconvert.options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, ConvertOptions
+from mpconvert.batch.worker import job_options, job_spec
+from mpconvert.keywords import keywords_of
+from mpconvert.options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, ConvertOptions, ExportOptions
 from mpconvert.render.options_doc import options_markdown
 
 COMMANDS = ("convert", "inspect", "check", "batch", "batch-merge", "doctor")
@@ -90,6 +95,39 @@ def test_a_keyword_is_declared_by_one_field_only():
     assert CONVERSION_KEYWORDS["seed"].target == (ConvertOptions, "seed")
 
 
+def spelled_by_keywords(option) -> bool:
+    """A field a keyword sets, or one of conversion_options' own arguments (the model, the policy)."""
+    return option.has_keyword or option.field.default is dataclasses.MISSING
+
+
+def test_the_keywords_of_any_options_build_them_again(tmp_path):
+    values = changed_values(tmp_path / "other.keras", tmp_path / "other.npz", tmp_path / "other.json")
+    options, export = conversion_options(tmp_path / "m.keras", "mixed_float16"), export_options()
+    for root in (ConvertOptions, ExportOptions):
+        for option in filter(spelled_by_keywords, option_fields(root)):
+            value = value_for(values, option)
+            assert value != option.field.default, option.name
+            if root is ConvertOptions:
+                options = replaced(options, option.path, value)
+            else:
+                export = replaced(export, option.path, value)
+    assert conversion_options(options.load.source, options.rewrite.policy, **keywords_of(options)) == options
+    assert export_options(**keywords_of(export)) == export
+    # A batch worker gets them through JSON: all but custom_objects, which a manifest refuses.
+    job = manifest.Job("m", replaced(options, ("load", "custom_objects"), None), export)
+    assert job_options(json.loads(json.dumps(job_spec(job)))) == (job.options, job.export)
+
+
+def test_keywords_of_refuses_a_field_that_no_keyword_sets(tmp_path):
+    values = changed_values(tmp_path / "other.keras", tmp_path / "other.npz", tmp_path / "other.json")
+    base = {ConvertOptions: conversion_options(tmp_path / "m.keras", "mixed_float16"), ExportOptions: export_options()}
+    unspelled = [(root, o) for root in base for o in option_fields(root) if not spelled_by_keywords(o)]
+    assert unspelled, "no field without a keyword left: this test has nothing to check"
+    for root, option in unspelled:
+        with pytest.raises(ValueError, match=rf"{option.name}=.* has no keyword"):
+            keywords_of(replaced(base[root], option.path, value_for(values, option)))
+
+
 @pytest.mark.parametrize(
     "call,needle",
     [
@@ -164,8 +202,8 @@ def test_the_manifest_takes_each_key_with_its_declared_toml_type(tmp_path):
         'export = "savedmodel"\nkeep_float32 = "dense"\n[[model]]\npath = "m.keras"\n'
     )
     (job,) = manifest.load_manifest(tmp_path / "batch.toml")
-    assert job.export == ("savedmodel",) and job.bench_onnx is True
-    assert job.keywords["pad_multiple"] == 16 and job.keywords["keep_float32"] == ("dense",)
+    assert job.export.kinds == ("savedmodel",) and job.export.bench_onnx is True
+    assert job.options.pad.multiple == 16 and job.options.rewrite.keep_float32 == ("dense",)
 
 
 def test_doctor_budget_defaults_to_the_timing_constant():

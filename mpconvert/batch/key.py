@@ -14,6 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..keywords import keywords_of
 from ..report import versions
 from .manifest import PATH_KEYS, Job
 
@@ -40,7 +41,7 @@ def _mpconvert_version() -> str:
 
 
 def job_key(job: Job) -> str:
-    options = dict(job.keywords)
+    options = keywords_of(job.options)
     for key in PATH_KEYS:
         value = options.get(key)
         if isinstance(value, str) and Path(value).exists():
@@ -49,9 +50,7 @@ def job_key(job: Job) -> str:
         "model": file_digest(job.model),
         "policy": job.policy,
         "options": options,
-        "export": list(job.export),
-        "opset": job.opset,
-        "bench_onnx": job.bench_onnx,
+        "export": keywords_of(job.export),
         "versions": {**versions(), "mpconvert": _mpconvert_version()},
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()

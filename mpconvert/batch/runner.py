@@ -34,7 +34,7 @@ from .manifest import Job
 from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
 from .shards import combine_if_last, shard_summary_name
 from .storage import Root, open_root
-from .worker import RESULT_NAME
+from .worker import RESULT_NAME, job_spec
 
 _WORK = ".mpconvert-batch"  # specs, results and logs of running workers, under the root
 _POLL = 0.2
@@ -142,22 +142,11 @@ class _Runner:
         self.running: list[_Running] = []
 
     def start(self, job: Job, key: str) -> None:
-        spec = {
-            "model": str(job.model),
-            "given_path": job.given_path,
-            "policy": job.policy,
-            "keywords": job.keywords,
-            "export": list(job.export),
-            "opset": job.opset,
-            "bench_onnx": job.bench_onnx,
-            "out": str(self.root / job.folder),
-            "key": key,
-            "parent": os.getpid(),
-        }
+        spec = {**job_spec(job), "out": str(self.root / job.folder), "key": key, "parent": os.getpid()}
         # Not with_suffix: a model name may hold dots ("resnet.v2").
         stem = str(self.work / job.folder.replace("/", "__"))
         spec["result"] = stem + ".result.json"
-        Path(stem + ".spec.json").write_text(json.dumps(spec, default=str))
+        Path(stem + ".spec.json").write_text(json.dumps(spec))
         log = Path(stem + ".log")
         with log.open("w") as handle:
             process = subprocess.Popen(
