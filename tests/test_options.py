@@ -212,3 +212,20 @@ def test_doctor_budget_defaults_to_the_timing_constant():
 
     (budget,) = [p for p in doctor_command.params if p.name == "budget"]
     assert budget.default == DEFAULT_BUDGET_S
+
+
+def test_batch_flags_are_derived_from_the_batch_options_declarations():
+    from mpconvert.batch.options import BATCH_KEYWORDS, BatchOptions
+    from mpconvert.cli.batch import batch_command
+
+    assert set(BATCH_KEYWORDS) == {"baseline", "max_regression"}
+    params = {p.name: p for p in batch_command.params}
+    for name, spec in BATCH_KEYWORDS.items():
+        assert params[name].opts == [spec.cli_flag], name
+        assert spec.help in params[name].help, name
+        assert spec.default is None or params[name].default == spec.default, name
+    # The declared range holds for the Python API too, and the flag refuses the same values.
+    with pytest.raises(mpconvert.MpconvertError, match="max_regression=-1 is invalid"):
+        BatchOptions("root", max_regression=-1)
+    result = invoke("batch", "zoo.toml", "--out", "root", "--max-regression", "-1")
+    assert result.exit_code == 2 and "--max-regression" in result.output

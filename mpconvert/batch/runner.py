@@ -31,6 +31,7 @@ from ..outdir import claimed_root, clear_dead_run
 from ..writing import writing
 from .key import job_key
 from .manifest import Job
+from .options import BatchOptions
 from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
 from .shards import combine_if_last, shard_summary_name
 from .storage import Root, open_root
@@ -42,19 +43,6 @@ _POLL = 0.2
 # (TensorFlow's runtime, a model and its 16-bit copy, tf2onnx's graph copies):
 # the measured peak for ResNet50 with ONNX export was about 3 GiB.
 _MEMORY_PER_JOB = 3 << 30
-
-
-@dataclass(frozen=True)
-class BatchOptions:
-    root: Path | str  # a folder, or a URL of object storage (s3://bucket/prefix)
-    jobs: int | None = None  # None: default_jobs()
-    timeout: float | None = None  # seconds per job
-    resume: bool = False
-    force: bool = False
-    shard: tuple[int, int] | None = None  # (I, N), I from 1
-    shard_source: str | None = None  # why this shard: "--shard 1/4", or the scheduler's variables
-    baseline: Path | None = None  # an earlier batch.json
-    max_regression: float = 0.0
 
 
 def default_jobs() -> int:
