@@ -3,10 +3,11 @@
 An options dataclass field says, through `keyword(...)`, everything the
 three front doors need: the Python API keyword, the manifest key and the
 CLI flag share its name, help, kind, range and default. `api` builds the
-options from keywords with `build`, `cli.flags` turns each Keyword into a
-click option, the batch manifest derives its TOML types from `toml_types`,
-and docs/options.md is generated from the same table (a test keeps it in
-step). The ranges are checked here once, for every door, in the options'
+options from keywords with `build` (and `keywords_of` spells options back
+as those keywords, for a batch worker's spec), `cli.flags` turns each
+Keyword into a click option, the batch manifest derives its TOML types
+from `toml_types`, and docs/options.md is generated from the same table (a
+test keeps it in step). The ranges are checked here once, for every door, in the options'
 __post_init__ (`check_ranges`).
 """
 
