@@ -469,10 +469,10 @@ def _one_hot_to_ids(where: str, key: str, labels: np.ndarray) -> np.ndarray:
     return labels.argmax(axis=1)
 
 
-def evaluation_data(model: Any, signature: Signature, tasks: tuple[Task, ...], options: Any) -> EvalData:
-    """The validation data given (`options.data`, a ValidateOptions), else generated inputs for drift only."""
+def evaluation_data(model: Any, signature: Signature, tasks: tuple[Task, ...], options: Any, seed: int) -> EvalData:
+    """The validation data given (`options.data`, a ValidateOptions), else inputs generated from `seed`, for drift only."""
     given = resolve_data(options.data, signature, tasks)
     if given is not None:
         return given
-    inputs = generate_inputs(model, signature, options.generated_samples, options.seed)
+    inputs = generate_inputs(model, signature, options.generated_samples, seed)
     return EvalData(unlabelled(inputs, signature), None, "generated")

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import first_line
-from .options import DEFAULT_SPEED_BATCH, PARITY_SAMPLES, LoadOptions, RewriteOptions
+from .options import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH, PARITY_SAMPLES, LoadOptions, RewriteOptions
 from .precision import PRECISIONS
 from .runners.onnx import ORT_CPU, ORT_TENSORRT
 from .speed import Hardware, fast_units, median_ms, probe_hardware
@@ -337,12 +337,9 @@ def diagnose(
 # figures are single calls and the result says it was cut short.
 
 MODEL_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
-# keras.applications-sized models trace and run a batch of 256 in seconds
-# on 2 cores; a minute leaves room for three of them, each timed a few times.
-DEFAULT_BUDGET_S = 60.0
 
 
-def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: float = DEFAULT_BUDGET_S) -> dict:
+def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: float = DEFAULT_DOCTOR_BUDGET_S) -> dict:
     """{model, batch, device, policies: {policy: {ms, speedup, note}}, recommendation, cut_short, seconds}."""
     from .kinds import open_model
     from .signature import generate_inputs

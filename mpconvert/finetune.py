@@ -274,7 +274,12 @@ def _health(step: int, loss: float, skipped: int, scale: float | None, precision
 
 
 def finetune(
-    context: Context, loaded: Loaded, model: Any, options: FinetuneOptions, on_step: StepCallback | None = None
+    context: Context,
+    loaded: Loaded,
+    model: Any,
+    options: FinetuneOptions,
+    seed: int,
+    on_step: StepCallback | None = None,
 ) -> Finetune:
     """Fine-tune `model` (the converted one) in place; the original (`loaded.model`) is only read."""
     framework, data = loaded.framework, context.data
@@ -285,7 +290,7 @@ def finetune(
             hint="add x_train and y_train to the .npz, or pass --finetune-steps 0",
         )
     started = time.perf_counter()
-    framework.set_seed(options.seed)
+    framework.set_seed(seed)
     names = [spec.name for spec in context.signature.outputs]
     heads = tuple(i for i, y in enumerate(train.labels) if y is not None)
     losses, loss_names, labels = [], [], []
@@ -305,10 +310,10 @@ def finetune(
 
     before = metrics_now()
 
-    batches = _Batches(train.inputs, labels, options.batch_size, options.seed)
+    batches = _Batches(train.inputs, labels, options.batch_size, seed)
     timing_batches = [batches.next() for _ in range(TIMED_STEPS + 1)]
     float32_ms = _timed_float32_step(framework, loaded.model, losses, heads, options, timing_batches)
-    batches = _Batches(train.inputs, labels, options.batch_size, options.seed)  # the same batches again
+    batches = _Batches(train.inputs, labels, options.batch_size, seed)  # the same batches again
 
     trainer = Trainer(
         framework, model, losses, options.learning_rate, loss_scaling=context.precision.loss_scaling, heads=heads
@@ -377,7 +382,7 @@ def finetune(
         loss_function="; ".join(loss_names),
         learning_rate=options.learning_rate,
         batch_size=options.batch_size,
-        seed=options.seed,
+        seed=seed,
         outputs=(
             {names[i]: {"metric": context.metrics[i], "before": before[i], "after": after.get(i)} for i in scored}
             if len(names) > 1

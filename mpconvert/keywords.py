@@ -3,10 +3,11 @@
 An options dataclass field says, through `keyword(...)`, everything the
 three front doors need: the Python API keyword, the manifest key and the
 CLI flag share its name, help, kind, range and default. `api` builds the
-options from keywords with `build`, `cli.flags` turns each Keyword into a
-click option, the batch manifest derives its TOML types from `toml_types`,
-and docs/options.md is generated from the same table (a test keeps it in
-step). The ranges are checked here once, for every door, in the options'
+options from keywords with `build` (and `keywords_of` spells options back
+as those keywords, for a batch worker's spec), `cli.flags` turns each
+Keyword into a click option, the batch manifest derives its TOML types
+from `toml_types`, and docs/options.md is generated from the same table (a
+test keeps it in step). The ranges are checked here once, for every door, in the options'
 __post_init__ (`check_ranges`).
 """
 
@@ -49,9 +50,9 @@ class Keyword:
     metavar: str = ""
     # A gate threshold: `mpconvert check` takes it too, and there an absent one keeps the report's value.
     gate: bool = False
-    # Filled in by `table`: where the value goes, and its default.
+    # Filled in by `table`: where the value goes (options class, field name), and its default.
     default: Any = None
-    targets: tuple[tuple[type, str], ...] = ()
+    target: tuple[type, str] | None = None
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -137,7 +138,8 @@ def per_kind(value: Any) -> tuple[tuple[str | None, float], ...]:
         return ((None, float(value)),)
     if isinstance(value, Mapping):
         return tuple((kind, x if isinstance(x, str) else float(x)) for kind, x in value.items())
-    return tuple(value)
+    # Pairs as tuples: JSON gives keywords_of's pairs back as lists.
+    return tuple((kind, x) for kind, x in value)
 
 
 def check_ranges(options: Any) -> None:
@@ -167,8 +169,8 @@ def check_ranges(options: Any) -> None:
 def table(*owners: type) -> dict[str, Keyword]:
     """Every keyword the options classes declare, by name, in declaration order.
 
-    A keyword declared by two classes (seed) is one keyword that sets both
-    fields; the first declaration's help and range are the keyword's.
+    A name is declared once: a value that two stages use (seed) is one field
+    that the pipeline hands to both, so each keyword sets exactly one field.
     """
     found: dict[str, Keyword] = {}
     for owner in owners:
@@ -178,11 +180,9 @@ def table(*owners: type) -> dict[str, Keyword]:
                 continue
             name = declared.name or field.name
             if name in found:
-                known = found[name]
-                found[name] = dataclasses.replace(known, targets=(*known.targets, (owner, field.name)))
-            else:
-                default = field.default if field.default is not dataclasses.MISSING else None
-                found[name] = dataclasses.replace(declared, name=name, default=default, targets=((owner, field.name),))
+                raise ValueError(f"keyword {name!r} is declared by {found[name].target} and {(owner, field.name)}")
+            default = field.default if field.default is not dataclasses.MISSING else None
+            found[name] = dataclasses.replace(declared, name=name, default=default, target=(owner, field.name))
     return found
 
 
@@ -200,8 +200,32 @@ def build(owner: type, keywords: Mapping[str, Any], known: Mapping[str, Keyword]
     """`owner` built from the keywords aimed at it (the rest keep its defaults), plus `fixed` fields."""
     values = dict(fixed)
     for name, value in keywords.items():
-        spec = known[name]
-        for target, field in spec.targets:
-            if target is owner:
-                values[field] = spec.to_field(value)
+        target, field = known[name].target
+        if target is owner:
+            values[field] = known[name].to_field(value)
     return owner(**values)
+
+
+def keywords_of(options: Any) -> dict[str, Any]:
+    """The keywords that build `options` again: `build`'s inverse, nested options included.
+
+    Every declared field, under its keyword, in the API's spelling (paths as
+    strings), so that the result survives JSON: for a ConvertOptions,
+    `conversion_options(model, policy, **keywords_of(options)) == options`.
+    The fields without a default (the model, the policy) are the caller's
+    own arguments; a field with a default but no keyword (set by the
+    pipeline, not by users) has no spelling, so it must hold its default.
+    """
+    found: dict[str, Any] = {}
+    for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        declared = field.metadata.get("keyword")
+        if declared is not None:
+            found[declared.name or field.name] = str(value) if isinstance(value, Path) else value
+        elif dataclasses.is_dataclass(value):
+            found.update(keywords_of(value))
+        elif field.default is not dataclasses.MISSING and value != field.default:
+            raise ValueError(
+                f"{type(options).__name__}.{field.name}={value!r} has no keyword, so keywords cannot rebuild it"
+            )
+    return found

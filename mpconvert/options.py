@@ -7,6 +7,7 @@ must not overlap) happens here, once.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -141,7 +142,6 @@ class ValidateOptions:
     )
     # Rows drawn when no data is given; enough to see drift, cheap to run.
     generated_samples: int = 64
-    seed: int = keyword(0, kind="int", help="Seed for fine-tuning and generated inputs.")
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -170,7 +170,6 @@ class FinetuneOptions:
     batch_size: int = keyword(
         DEFAULT_BATCH_SIZE, kind="int", minimum=1, help="Rows per fine-tuning step and per evaluation batch."
     )
-    seed: int = keyword(0, kind="int", help="Seed for fine-tuning and generated inputs.")
     loss: str | None = keyword(
         None,
         default_text="the model's saved loss, else one for its output",
@@ -196,6 +195,11 @@ DEFAULT_MAX_PAD_OVERHEAD = 0.25
 # The speed stage's serving batch: large enough that a Dense(4096) layer is
 # bound by arithmetic, not call overhead (speed/measure.py's SPEED_BATCH).
 DEFAULT_SPEED_BATCH = 256
+
+# `mpconvert doctor MODEL --budget`: keras.applications-sized models trace
+# and run a batch of 256 in seconds on 2 cores; a minute leaves room for
+# three of them, each timed a few times.
+DEFAULT_DOCTOR_BUDGET_S = 60.0
 
 # Rows of validation input replayed through the padded model (the proof)
 # and through each exported artifact (parity).
@@ -252,13 +256,18 @@ class ExportOptions:
     )
 
     def __post_init__(self) -> None:
-        unknown = [k for k in self.kinds if k not in EXPORT_KINDS]
-        if unknown or not self.kinds:
-            raise MpconvertError(
-                f"unknown export kind(s) {', '.join(map(repr, unknown)) or '(none given)'}",
-                hint=f"choose from {', '.join(EXPORT_KINDS)}",
-            )
+        check_export_kinds(self.kinds)
         check_opset(self.opset)
+
+
+def check_export_kinds(kinds: tuple[str, ...]) -> None:
+    """Refuse an empty or unknown choice of artifacts; the --export flag's check too."""
+    unknown = [k for k in kinds if k not in EXPORT_KINDS]
+    if unknown or not kinds:
+        raise MpconvertError(
+            f"unknown export kind(s) {', '.join(map(repr, unknown)) or '(none given)'}",
+            hint=f"choose from {', '.join(EXPORT_KINDS)}, comma-separated",
+        )
 
 
 def check_opset(opset: int) -> None:
@@ -395,15 +404,25 @@ class GateOptions:
         check_ranges(self)
         for name in ("atol", "rtol"):
             for kind, value in getattr(self, name):
-                if not (kind is None or kind in ARTIFACT_KINDS):
-                    raise MpconvertError(
-                        f"{name} names an unknown artifact kind {kind!r}",
-                        hint=f"give a {name} for one of {', '.join(ARTIFACT_KINDS)}, or one number for every kind",
-                    )
-                if not value >= 0:
-                    raise MpconvertError(
-                        f"{name}={value!r} is invalid: it must be a number >= 0", hint=f"pass a {name} >= 0"
-                    )
+                check_tolerance(name, kind, value)
+
+
+def check_tolerance(name: str, kind: str | None, value: Any) -> None:
+    """Refuse a parity tolerance (atol, rtol) for an unknown artifact kind, or not a finite number >= 0.
+
+    Finite: report.json holds the tolerances and JSON has no infinity, and
+    an infinite one would only switch the parity check off.
+    """
+    if not (kind is None or kind in ARTIFACT_KINDS):
+        raise MpconvertError(
+            f"{name} names an unknown artifact kind {kind!r}",
+            hint=f"give a {name} for one of {', '.join(ARTIFACT_KINDS)}, or one number for every kind",
+        )
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and math.isfinite(value) and value >= 0):
+        raise MpconvertError(
+            f"{name}={value!r} is invalid: it must be a finite number >= 0", hint=f"pass a {name} >= 0"
+        )
 
 
 @dataclass(frozen=True)
@@ -430,6 +449,9 @@ class ConvertOptions:
         help="Rows per timed call of the speed stage and --bench-onnx, a serving batch; the data's rows are "
         "repeated when it has fewer.",
     )
+    # One seed for the whole conversion: the stages that draw numbers (the
+    # generated inputs, fine-tuning) take it as an argument.
+    seed: int = keyword(0, kind="int", help="Seed for fine-tuning and generated inputs.")
 
     def __post_init__(self) -> None:
         check_ranges(self)

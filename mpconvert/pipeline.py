@@ -164,7 +164,7 @@ def inspect(options: ConvertOptions) -> Inspected:
         )
     rewrite_options, found = options.rewrite, None
     with source.scope():
-        data = evaluation_data(source.original, source.signature, source.tasks, options.validate)
+        data = evaluation_data(source.original, source.signature, source.tasks, options.validate, options.seed)
         if options.auto_keep.mode != "off":
             metrics = ("accuracy",) * len(source.tasks)
             context = Context(source.signature, source.tasks, metrics, data, options.precision)
@@ -183,7 +183,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
     with clock.stage("load"):
         source = open_model(options.load)
         _refuse_unable(source, options)
-        data = evaluation_data(source.original, source.signature, source.tasks, options.validate)
+        data = evaluation_data(source.original, source.signature, source.tasks, options.validate, options.seed)
         metrics, thresholds = judging(options, source.tasks, data)
     if source.limits:
         hooks.warning(source.limits)
@@ -209,7 +209,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
         tuning = None
         if tune:
             with clock.stage("finetune"):
-                tuning = source.finetune(context, candidate.model, finetune_options, hooks.finetune_step)
+                tuning = source.finetune(context, candidate.model, finetune_options, options.seed, hooks.finetune_step)
         with clock.stage("validate"):
             if not reference:
                 reference.extend(source.runner(source.original).run(inputs).outputs)

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import SAMPLES, console_script
 
+from mpconvert.api import conversion_options
 from mpconvert.batch.key import job_key
 from mpconvert.batch.manifest import Job, load_manifest
 from mpconvert.batch.runner import shard_of
@@ -369,12 +370,12 @@ def test_the_key_follows_content_not_paths(tmp_path):
     b.parent.mkdir()
     a.write_bytes((SAMPLES / "cancer_mlp.keras").read_bytes())
     b.write_bytes(a.read_bytes())
-    key = job_key(Job("m", a, "mixed_float16"))
-    assert job_key(Job("m", b, "mixed_float16")) == key  # same content elsewhere: a cache hit
-    assert job_key(Job("m", a, "mixed_bfloat16")) != key
-    assert job_key(Job("m", a, "mixed_float16", {"max_drop": 0.02})) != key
+    key = job_key(Job("m", conversion_options(a, "mixed_float16")))
+    assert job_key(Job("m", conversion_options(b, "mixed_float16"))) == key  # same content elsewhere: a cache hit
+    assert job_key(Job("m", conversion_options(a, "mixed_bfloat16"))) != key
+    assert job_key(Job("m", conversion_options(a, "mixed_float16", max_drop=0.02))) != key
     b.write_bytes(a.read_bytes() + b"\0")
-    assert job_key(Job("m", b, "mixed_float16")) != key
+    assert job_key(Job("m", conversion_options(b, "mixed_float16"))) != key
 
 
 def test_shards_are_disjoint_complete_and_balanced_by_size(tmp_path):
@@ -382,7 +383,7 @@ def test_shards_are_disjoint_complete_and_balanced_by_size(tmp_path):
     for i, size in enumerate([900, 500, 400, 300, 200, 100]):
         path = tmp_path / f"m{i}.keras"
         path.write_bytes(b"\0" * size)
-        jobs.append(Job(f"m{i}", path, "mixed_float16"))
+        jobs.append(Job(f"m{i}", conversion_options(path, "mixed_float16")))
     shards = [shard_of(jobs, i, 2) for i in (1, 2)]
     assert sorted(j.name for s in shards for j in s) == [j.name for j in jobs]
     # largest first, each to the lighter shard (ties to the first): 900+300 / 500+400+200+100

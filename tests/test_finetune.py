@@ -35,14 +35,14 @@ def regression_data(model, rows=256, seed=0):
     return EvalData(Split((x[:rows],), y[:rows]), Split((x[rows:],), y[rows:]), "npz")
 
 
-def run_finetune(K, framework, model, data, task, metric, policy, **options):
+def run_finetune(K, framework, model, data, task, metric, policy, seed=0, **options):
     from mpconvert.finetune import finetune
 
     converted = rewrite(model, framework, RewriteOptions(policy), [data.validation.inputs[0][:2]]).model
     before = [w.copy() for w in converted.get_weights()]
     context = Context(signature_of(model), task, metric, data, Precision.of(policy))
     loaded = Loaded(model, framework, ModelFormat.OBJECT, safe=False)
-    result = finetune(context, loaded, converted, FinetuneOptions(**options))
+    result = finetune(context, loaded, converted, FinetuneOptions(**options), seed)
     return result, converted, before
 
 
@@ -126,6 +126,7 @@ def test_same_seed_same_numbers(fw):
         result, _, _ = run_finetune(K, framework, model, data, task, "mse", "mixed_float16", steps=30, seed=7)
         results.append((result.loss, result.metric_before, result.metric_after, result.loss_scale))
     assert results[0] == results[1]
+    assert result.seed == 7  # what report.json's finetune.seed says
 
 
 def test_cli_runs_give_identical_reports_with_the_same_seed(tmp_path):

@@ -3,14 +3,15 @@
 A manifest lists models with their data, policies and any option of the main
 command (with underscores), under shared `[defaults]`. The whole manifest is
 checked before anything runs, and every problem is reported at once. Each
-(model, policy) pair becomes one `Job`.
+(model, policy) pair becomes one `Job`, which carries the options objects
+built here: the worker, the result's key and the report all see those.
 """
 
 from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..api import conversion_options, export_options
 from ..data import is_callable_spec
 from ..errors import MpconvertError
 from ..load import detect_format
-from ..options import CONVERSION_KEYWORDS, DEFAULT_OPSET, EXPORT_KEYWORDS, EXPORT_KINDS
+from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, ConvertOptions, ExportOptions
 from ..precision import POLICIES
 
 # Every keyword of a conversion and its export, as the Python API and the manifest spell them.
@@ -43,13 +44,17 @@ class Job:
     """One model under one policy: what a worker converts, and where it writes."""
 
     name: str  # the model's folder under the batch root
-    model: Path  # absolute
-    policy: str
-    keywords: dict = field(default_factory=dict)  # conversion_options keywords, paths absolute
-    export: tuple[str, ...] = EXPORT_KINDS
-    opset: int = DEFAULT_OPSET
+    options: ConvertOptions  # the model (load.source, an absolute Path) and the policy included; paths absolute
+    export: ExportOptions = ExportOptions()
     given_path: str = ""  # as the manifest or folder listing names it
-    bench_onnx: bool = False
+
+    @property
+    def model(self) -> Path:
+        return Path(self.options.load.source)
+
+    @property
+    def policy(self) -> str:
+        return self.options.rewrite.policy
 
     @property
     def folder(self) -> str:
@@ -123,14 +128,12 @@ def _jobs_for(where: str, name: str, model: Path, given: str, options: dict, pro
             options[key] = tuple(_listed(options[key]))
     try:
         export = export_options(**export_keywords)
-        conversion_options(model, POLICIES[0], **options)
+        # Under a valid policy when none is given, so that the other problems are listed too.
+        built = [conversion_options(model, p, **options) for p in dict.fromkeys(policies or POLICIES[:1])]
     except MpconvertError as exc:
         problems.append(f"{where}: {exc.message}")
         return []
-    return [
-        Job(name, model, policy, dict(options), export.kinds, export.opset, given, export.bench_onnx)
-        for policy in dict.fromkeys(policies)
-    ]
+    return [Job(name, conversion, export, given) for conversion in built] if policies else []
 
 
 def _model_path(where: str, given: str, base: Path, problems: list[str]) -> Path | None:

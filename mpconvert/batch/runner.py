@@ -31,10 +31,11 @@ from ..outdir import claimed_root, clear_dead_run
 from ..writing import writing
 from .key import job_key
 from .manifest import Job
+from .options import BatchOptions
 from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
 from .shards import combine_if_last, shard_summary_name
 from .storage import Root, open_root
-from .worker import RESULT_NAME
+from .worker import RESULT_NAME, job_spec
 
 _WORK = ".mpconvert-batch"  # specs, results and logs of running workers, under the root
 _POLL = 0.2
@@ -42,19 +43,6 @@ _POLL = 0.2
 # (TensorFlow's runtime, a model and its 16-bit copy, tf2onnx's graph copies):
 # the measured peak for ResNet50 with ONNX export was about 3 GiB.
 _MEMORY_PER_JOB = 3 << 30
-
-
-@dataclass(frozen=True)
-class BatchOptions:
-    root: Path | str  # a folder, or a URL of object storage (s3://bucket/prefix)
-    jobs: int | None = None  # None: default_jobs()
-    timeout: float | None = None  # seconds per job
-    resume: bool = False
-    force: bool = False
-    shard: tuple[int, int] | None = None  # (I, N), I from 1
-    shard_source: str | None = None  # why this shard: "--shard 1/4", or the scheduler's variables
-    baseline: Path | None = None  # an earlier batch.json
-    max_regression: float = 0.0
 
 
 def default_jobs() -> int:
@@ -142,22 +130,11 @@ class _Runner:
         self.running: list[_Running] = []
 
     def start(self, job: Job, key: str) -> None:
-        spec = {
-            "model": str(job.model),
-            "given_path": job.given_path,
-            "policy": job.policy,
-            "keywords": job.keywords,
-            "export": list(job.export),
-            "opset": job.opset,
-            "bench_onnx": job.bench_onnx,
-            "out": str(self.root / job.folder),
-            "key": key,
-            "parent": os.getpid(),
-        }
+        spec = {**job_spec(job), "out": str(self.root / job.folder), "key": key, "parent": os.getpid()}
         # Not with_suffix: a model name may hold dots ("resnet.v2").
         stem = str(self.work / job.folder.replace("/", "__"))
         spec["result"] = stem + ".result.json"
-        Path(stem + ".spec.json").write_text(json.dumps(spec, default=str))
+        Path(stem + ".spec.json").write_text(json.dumps(spec))
         log = Path(stem + ".log")
         with log.open("w") as handle:
             process = subprocess.Popen(

@@ -5,7 +5,9 @@ memory and crashes stay contained: a model that crashes the interpreter or
 exhausts memory is that model's error, not the batch's. The worker runs the
 same conversion as the CLI and the Python API (`pipeline.convert_and_save`)
 and leaves its verdict in a small JSON file for the batch to read; a worker
-that leaves none has crashed.
+that leaves none has crashed. Its spec carries the job's options whole, as
+the keywords that rebuild them (`job_spec`, `job_options`), so an option
+added to options.py reaches the worker with nothing to add here.
 
 A worker must not outlive its batch: if the batch is killed (SIGKILL gives
 it no chance to clean up), the kernel kills the worker too (Linux
@@ -23,9 +25,15 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import failure_of
+from ..keywords import keywords_of
 from ..writing import replace_atomically
+
+if TYPE_CHECKING:
+    from ..options import ConvertOptions, ExportOptions
+    from .manifest import Job
 
 RESULT_NAME = "batch_result.json"  # in each result folder: its key, written with it
 _PR_SET_PDEATHSIG = 1
@@ -49,21 +57,34 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def job_spec(job: Job) -> dict:
+    """What a worker needs of a job, as JSON can hold it; `job_options` rebuilds its options."""
+    return {
+        "model": str(job.model),
+        "given_path": job.given_path,
+        "policy": job.policy,
+        "options": keywords_of(job.options),
+        "export": keywords_of(job.export),
+    }
+
+
+def job_options(spec: dict) -> tuple[ConvertOptions, ExportOptions]:
+    """The job's options again, equal to the ones the batch built, through the same API functions."""
+    from ..api import conversion_options, export_options
+
+    conversion = conversion_options(Path(spec["model"]), spec["policy"], **spec["options"])
+    return conversion, export_options(**spec["export"])
+
+
 def run(spec: dict) -> dict:
     """Convert one job; returns {status, message, exit_code}."""
-    from ..api import conversion_options, export_options
     from ..hooks import Hooks
     from ..options import SaveOptions
     from ..pipeline import convert_and_save
 
-    options = conversion_options(spec["model"], spec["policy"], **spec["keywords"])
+    options, export = job_options(spec)
     stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}
-    save = SaveOptions(
-        Path(spec["out"]),
-        export_options(export=spec["export"], opset=spec["opset"], bench_onnx=spec["bench_onnx"]),
-        force=True,
-        attachments=((RESULT_NAME, stamp),),
-    )
+    save = SaveOptions(Path(spec["out"]), export, force=True, attachments=((RESULT_NAME, stamp),))
     report, _ = convert_and_save(options, save, Hooks(may_restart=True))
     status = "passed" if report.passed else "gate_failed"
     failed = [c.name for c in report.gate.failed]
@@ -74,7 +95,7 @@ def main(argv: list[str]) -> int:
     spec_path = Path(argv[0])
     spec = json.loads(spec_path.read_text())
     _die_with_parent(spec["parent"])
-    from ..cli.process import silence_frameworks, unwind_on_sigterm
+    from ..process import silence_frameworks, unwind_on_sigterm
 
     silence_frameworks()
     unwind_on_sigterm()  # a stopped batch stops its workers; they clean up like Ctrl-C
@@ -84,7 +105,7 @@ def main(argv: list[str]) -> int:
     try:
         result = run(spec)
     except Restart as exc:  # a broken 16-bit kernel: this worker again, with oneDNN's rewrites off
-        from ..cli.process import restart
+        from ..process import restart
 
         restart(exc, [sys.executable, "-m", "mpconvert.batch.worker", *argv], quiet=True)
     except KeyboardInterrupt:

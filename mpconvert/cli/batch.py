@@ -11,7 +11,16 @@ import click
 if TYPE_CHECKING:
     from ..batch.shards import Shard
 
-from .flags import conversion_flags, debug_option, gate_flags, output_flags, policy_option, quiet_option
+from ..batch.options import BATCH_KEYWORDS, BatchOptions
+from .flags import (
+    conversion_flags,
+    debug_option,
+    gate_flags,
+    keyword_flags,
+    output_flags,
+    policy_option,
+    quiet_option,
+)
 from .outputs import Outputs, Renderings
 from .process import run_action
 
@@ -71,20 +80,9 @@ def batch_renderings() -> Renderings:
     type=click.IntRange(min=1),
     help="The number of shards, for --shard auto where the scheduler gives only the index (Kubernetes).",
 )
-@click.option(
-    "--baseline",
-    type=click.Path(path_type=Path),
-    help="An earlier batch.json (or its root): fail a model whose metric got worse than there.",
-)
-@click.option(
-    "--max-regression",
-    type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="Largest allowed worsening against --baseline.",
-)
-@conversion_flags(given_only=True, exclude=("baseline", "max_regression"))
-@gate_flags(stored=False, exclude=("baseline", "max_regression"))
+@keyword_flags(BATCH_KEYWORDS.values())
+@conversion_flags(given_only=True, exclude=tuple(BATCH_KEYWORDS))
+@gate_flags(stored=False, exclude=tuple(BATCH_KEYWORDS))
 @output_flags("batch summary")
 @quiet_option
 @debug_option
@@ -98,14 +96,13 @@ def batch_command(
     force,
     shard,
     shards,
-    baseline,
-    max_regression,
     conversion,
     junit,
     summary,
     as_json,
     quiet,
     debug,
+    **declared,  # BATCH_KEYWORDS' flags
 ):
     """Convert many models: a TOML manifest, or every model found under DIR.
 
@@ -116,7 +113,7 @@ def batch_command(
 
     def action() -> int:
         from ..batch.manifest import folder_jobs, load_manifest
-        from ..batch.runner import BatchOptions, run_batch
+        from ..batch.runner import run_batch
         from ..render import BatchProgress
 
         chosen = _shard(shard, shards)
@@ -130,8 +127,7 @@ def batch_command(
             force=force,
             shard=(chosen.index, chosen.count) if chosen else None,
             shard_source=chosen.source if chosen else None,
-            baseline=baseline,
-            max_regression=max_regression,
+            **declared,
         )
         if chosen and not quiet:
             click.echo(f"shard {chosen.index}/{chosen.count} from {chosen.source}", err=True)

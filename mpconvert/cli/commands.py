@@ -18,6 +18,7 @@ import click
 from ..api import conversion_options, export_options, gate_options
 from ..options import EXPORT_KEYWORDS, SaveOptions, default_out_dir
 from ..precision import POLICIES
+from ..process import allow_restart, restart, restart_allowed, silence_frameworks, unwind_on_sigterm
 from ..report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
 from .batch import batch_command, batch_merge_command
 from .doctor import doctor_command
@@ -32,7 +33,7 @@ from .flags import (
     quiet_option,
 )
 from .outputs import Outputs
-from .process import allow_restart, restart, restart_allowed, run_action, silence_frameworks, unwind_on_sigterm
+from .process import run_action
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..options import DEFAULT_SPEED_BATCH
+from ..options import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH
 from .flags import debug_option, flags_for
 from .process import run_action
 
@@ -27,7 +27,7 @@ from .process import run_action
 @click.option(
     "--budget",
     type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
+    default=DEFAULT_DOCTOR_BUDGET_S,
     show_default=True,
     metavar="SECONDS",
     help="With MODEL: the longest the timing may take; past it the figures are single calls, and it says so.",

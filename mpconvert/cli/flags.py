@@ -11,21 +11,31 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
+from ..errors import MpconvertError
 from ..keywords import Keyword
-from ..options import ARTIFACT_KINDS, CONVERSION_KEYWORDS, EXPORT_KEYWORDS, EXPORT_KINDS, GATE_KEYWORDS
+from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds, check_tolerance
 from ..precision import POLICIES
+
+
+@contextmanager
+def _usage_error(value: str) -> Iterator[None]:
+    """The options' own check of a flag's value fails as a usage error (exit 2) that names the flag."""
+    try:
+        yield
+    except MpconvertError as exc:
+        raise click.BadParameter(f"{value!r}: {exc.message} ({exc.hint})") from None
 
 
 def parse_exports(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in value.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in EXPORT_KINDS]
-    if unknown or not kinds:
-        raise click.BadParameter(f"{value!r}: choose from {', '.join(EXPORT_KINDS)}, comma-separated")
+    with _usage_error(value):
+        check_export_kinds(kinds)
     return kinds
 
 
@@ -34,17 +44,15 @@ def parse_tolerances(ctx: click.Context, param: click.Parameter, values: tuple[s
     parsed = []
     for value in values:
         kind, sep, number = value.rpartition("=")
-        if sep and kind not in ARTIFACT_KINDS:
-            raise click.BadParameter(
-                f"{value!r}: unknown artifact kind {kind!r}; choose from {', '.join(ARTIFACT_KINDS)}"
-            )
         try:
             x = float(number)
         except ValueError:
-            x = math.nan
-        if not (math.isfinite(x) and x >= 0):
-            raise click.BadParameter(f"{value!r}: expected X or KIND=X with X a number >= 0, e.g. 1e-3 or onnx=0.05")
-        parsed.append((kind or None, x))
+            raise click.BadParameter(
+                f"{value!r}: expected X or KIND=X with X a number, e.g. 1e-3 or onnx=0.05"
+            ) from None
+        with _usage_error(value):
+            check_tolerance(param.name, kind if sep else None, x)
+        parsed.append((kind if sep else None, x))
     return tuple(parsed)
 
 

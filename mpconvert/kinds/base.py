@@ -131,7 +131,7 @@ class ModelKind(ABC):
         """The fewest units to keep float32 so `goal.verdict` passes; the options with them kept (unchanged if none)."""
 
     def finetune(
-        self, context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None
+        self, context: Context, model: Any, options: FinetuneOptions, seed: int, on_step: StepCallback | None
     ) -> Finetune:
         """Fine-tune the converted `model` in place, with loss scaling where the policy needs it."""
         raise NotImplementedError(self.lacks.get(Capability.FINETUNE, "fine-tuning"))

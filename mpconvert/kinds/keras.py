@@ -109,9 +109,9 @@ class KerasKind(ModelKind):
         return keep_by_search(context, self.loaded, candidate, options, goal)
 
     def finetune(
-        self, context: Context, model: Any, options: FinetuneOptions, on_step: StepCallback | None
+        self, context: Context, model: Any, options: FinetuneOptions, seed: int, on_step: StepCallback | None
     ) -> Finetune:
-        return finetune(context, self.loaded, model, options, on_step)
+        return finetune(context, self.loaded, model, options, seed, on_step)
 
     def pad(self, model: Any, options: PadOptions, rows: list[np.ndarray], precision: Precision) -> Padding:
         return pad(model, self.framework, options, rows, precision)

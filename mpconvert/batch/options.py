@@ -1,0 +1,37 @@
+"""A batch run's own options (`BatchOptions`), apart from each model's conversion options.
+
+Here, not in runner.py, so that the command line can derive `batch`'s flags
+from the declarations without importing the runner and what it imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..keywords import Keyword, check_ranges, keyword, table
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    root: Path | str  # a folder, or a URL of object storage (s3://bucket/prefix)
+    jobs: int | None = None  # None: default_jobs()
+    timeout: float | None = None  # seconds per job
+    resume: bool = False
+    force: bool = False
+    shard: tuple[int, int] | None = None  # (I, N), I from 1
+    shard_source: str | None = None  # why this shard: "--shard 1/4", or the scheduler's variables
+    # The gate's --baseline and --max-regression take a report.json; a batch compares whole batches.
+    baseline: Path | None = keyword(
+        None,
+        kind="path",
+        help="An earlier batch.json (or its root): fail a model whose metric got worse than there.",
+    )
+    max_regression: float = keyword(0.0, kind="float", minimum=0, help="Largest allowed worsening against --baseline.")
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
+# `batch`'s flags that are declared on BatchOptions; they take the place of the gate's flags of the same names.
+BATCH_KEYWORDS: dict[str, Keyword] = table(BatchOptions)
