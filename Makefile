@@ -24,10 +24,13 @@ PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4
 test: $(STAMP)
 	$(PYTEST)
 
-# ruff: the lint rules and the formatter, configured in pyproject.toml.
+# ruff: the lint rules and the formatter; lint-imports: the layer contracts;
+# mypy: the types of mpconvert/ (all configured in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # A non-editable install (the wheel pip builds from this tree, as `pip install .`
 # gets it) converts a sample model, run from outside the source tree so that

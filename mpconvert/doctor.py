@@ -36,6 +36,7 @@ from .precision import PRECISIONS
 from .runners.onnx import ORT_CPU, ORT_TENSORRT
 from .speed import Hardware, fast_units, median_ms, probe_hardware
 from .speed.layers import bench_layers, pathologies, with_onednn_off
+from .speed.timing import figures
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -62,15 +63,8 @@ BENCH_OPSET = 22
 
 def _timed(ms: dict[str, float], failed: dict[str, str]) -> dict[str, dict]:
     """{dtype: {"ms", "speedup" (float32 ms / ms), "note"}} for every dtype, measured or not."""
-    base = ms.get("float32")
-    return {
-        dtype: {
-            "ms": round(ms[dtype], 3) if dtype in ms else None,
-            "speedup": round(base / ms[dtype], 3) if dtype in ms and base else None,
-            "note": failed.get(dtype),
-        }
-        for dtype in DTYPES
-    }
+    timed = figures(ms, DTYPES)
+    return {dtype: {**timed[dtype], "note": failed.get(dtype)} for dtype in DTYPES}
 
 
 def _result(op: str, matmul: tuple, conv: tuple, runs: dict, failed: dict[str, str], repeats: int) -> dict:
@@ -373,17 +367,9 @@ def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: fl
     else:
         ms = first
         cut_short = cut_short or f"the {budget_s:g} s budget allowed one timed call per policy"
-    # Rounded before the ratios are taken, so that each speed-up is exactly
-    # the ratio of the figures beside it (a 0.377 ms call is 0.1% off otherwise).
-    shown = {policy: round(value, 3) for policy, value in ms.items()}
-    base = shown.get("float32")
+    shown = figures(ms, MODEL_POLICIES)
     timed: dict[str, dict[str, Any]] = {
-        policy: {
-            "ms": shown.get(policy),
-            "speedup": round(base / shown[policy], 4) if policy in shown and base and shown[policy] else None,
-            "note": notes.get(policy),
-        }
-        for policy in MODEL_POLICIES
+        policy: {**shown[policy], "note": notes.get(policy)} for policy in MODEL_POLICIES
     }
     paying = [p for p in MODEL_POLICIES[1:] if (timed[p]["speedup"] or 0) >= PAYS]
     best = max(paying, key=lambda p: timed[p]["speedup"]) if paying else None
@@ -391,12 +377,12 @@ def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: fl
     if best:
         advice = f"{best}: this model serves {timed[best]['speedup']:.2f}x as fast as float32 here ({device})"
     else:
-        figures = ", ".join(
+        measured = ", ".join(
             f"{p} {timed[p]['speedup']:.2f}x" for p in MODEL_POLICIES[1:] if timed[p]["speedup"] is not None
         )
         advice = (
             f"keep float32 here: neither policy serves this model at least {PAYS:g}x as fast as float32 "
-            f"({figures or 'not timed'}; {device}); convert for the hardware it will serve on"
+            f"({measured or 'not timed'}; {device}); convert for the hardware it will serve on"
         )
     return {
         "model": str(load.path) if load.path else str(getattr(model, "name", "model")),

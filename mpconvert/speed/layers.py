@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import first_line
 from ..runners.keras import KerasRunner
-from .timing import median_ms
+from .timing import figures, median_ms
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 # A 16-bit layer this many times slower than float32 is a broken kernel, not
@@ -116,15 +116,10 @@ def bench_layers(cases: tuple[str, ...] | None = None, repeats: int = REPEATS, b
                 single[policy] = probe[policy]  # far too slow to repeat
                 del runs[policy]
         ms = {**median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=0), **single}
-        base = ms.get("float32")
+        timed = figures(ms, POLICIES)
         entry: dict[str, Any] = {"what": CASES[case][0]}
         for policy in POLICIES:
-            timed = ms.get(policy)
-            entry[policy] = {
-                "ms": round(timed, 3) if timed is not None else None,
-                "speedup": round(base / timed, 4) if timed and base else None,
-                "note": failed.get(policy),
-            }
+            entry[policy] = {**timed[policy], "note": failed.get(policy)}
         result[case] = entry
     return result
 
