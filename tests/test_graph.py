@@ -429,3 +429,35 @@ def test_the_edge_check_names_an_edge_left_without_its_cast():
     _node(graph_def, "beta", "Betainc", ["lookup", "lookup", "lookup"], T=tf.float16)
     with pytest.raises(RewriteError, match=r"beta \(Betainc\) has T=float16, which its op does not allow"):
         check_edges(graph_def)
+
+
+def test_stages_a_frozen_graph_cannot_do_are_skipped_and_said(models, tmp_path):
+    """A training split would fine-tune a Keras model; a frozen graph has no layers to train or pad."""
+    with np.load(models["cnn_data"], allow_pickle=False) as npz:
+        x, y = npz["x"], npz["y"]
+    data = tmp_path / "with_train.npz"
+    np.savez(data, x=x[:300], y=y[:300], x_train=x[300:], y_train=y[300:])
+    out = tmp_path / "out"
+    result = invoke(models["cnn"], "--policy", "mixed_bfloat16", "--data", data, "--out", out)
+    assert result.exit_code == 0, result.output
+    report = report_of(out)
+    assert report["finetune"] is None and report["padding"] is None and report["speed"]["memory"] is None
+    skipped = {s["stage"]: s["reason"] for s in report["skipped"]}
+    assert list(skipped) == ["finetune", "pad", "activation memory"]
+    assert all("converted as a frozen graph" in reason for reason in skipped.values())
+    assert "cannot be fine-tuned" in skipped["finetune"]
+    # Without a training split nothing would fine-tune: only what the options ask for is listed.
+    quiet = invoke(
+        models["cnn"],
+        "--policy",
+        "mixed_bfloat16",
+        "--data",
+        models["cnn_data"],
+        "--no-speed",
+        "--pad-multiple",
+        "0",
+        "--out",
+        tmp_path / "quiet",
+    )
+    assert quiet.exit_code == 0, quiet.output
+    assert "skipped" not in report_of(tmp_path / "quiet")

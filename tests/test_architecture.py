@@ -1,0 +1,75 @@
+"""The design holds: one place opens ONNX Runtime sessions, no kind switch outside the kinds, skipped stages said.
+
+The layer contracts themselves are import-linter's (`make lint`); these are
+the rules a contract cannot express.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import keras
+import numpy as np
+import tiny_models
+
+import mpconvert
+from mpconvert.kinds import Capability
+from mpconvert.kinds.frozen import FrozenKind
+from mpconvert.kinds.keras import KerasKind
+
+PACKAGE = Path(mpconvert.__file__).parent
+
+
+def sources() -> dict[str, str]:
+    return {str(p.relative_to(PACKAGE)): p.read_text() for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def code_of(text: str) -> str:
+    """The module without its docstrings and comments: what runs."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                body[0].value.value = ""
+    return ast.unparse(tree)
+
+
+def test_only_the_onnx_runner_opens_onnx_runtime_sessions():
+    opening = sorted(name for name, text in sources().items() if "InferenceSession(" in code_of(text))
+    assert opening == ["runners/onnx.py"]
+
+
+def test_no_kind_switch_outside_the_kinds():
+    # What tells the two kinds apart: the frozen graph's class, the graph format, and its name as a string.
+    switch = re.compile(r"\bFrozenGraph\b|\bFrozenKind\b|\bKerasKind\b|ModelFormat\.GRAPH|== ['\"]graph['\"]")
+    allowed = ("kinds/", "frozen/", "formats.py", "runners/graphdef.py")
+    found = {
+        name: sorted(set(switch.findall(code_of(text))))
+        for name, text in sources().items()
+        if not name.startswith(allowed) and switch.search(code_of(text))
+    }
+    # load.detect_format is where a file's format is read: the one place the graph format is named.
+    assert found == {"load.py": ["ModelFormat.GRAPH"]}
+
+
+def test_every_kind_implements_the_whole_interface_and_says_why_it_lacks_a_stage():
+    for kind in (KerasKind, FrozenKind):
+        assert not getattr(kind, "__abstractmethods__", None), kind
+        assert set(kind.lacks) <= set(Capability)
+        assert all(reason.strip() for reason in kind.lacks.values())
+    assert KerasKind.lacks == {}
+    assert set(FrozenKind.lacks) == set(Capability)
+
+
+def test_a_keras_conversion_skips_nothing_and_measures_activation_memory():
+    keras.utils.set_random_seed(0)
+    model = tiny_models.mlp(keras)
+    x = np.random.default_rng(0).standard_normal((64, 8)).astype("float32")
+    conversion = mpconvert.convert(model, "mixed_float16", data=(x, x[:, :3].argmax(1)), finetune_steps=0)
+    report = conversion.report
+    assert "skipped" not in report
+    assert report["speed"]["memory"]["float32_bytes"] > report["speed"]["memory"]["converted_bytes"] > 0
+    assert list(report["speed"]["paths"]) == ["keras", "savedmodel"]
