@@ -47,9 +47,6 @@ class PathSpeed:
     def from_json(cls, stored: Mapping[str, Any]) -> PathSpeed:
         return cls(stored.get("float32_ms"), stored.get("converted_ms"), stored.get("runtime", ""), stored.get("note"))
 
-    as_dict = to_json
-    from_dict = from_json
-
 
 @dataclass(frozen=True)
 class Speed:
@@ -96,6 +93,7 @@ class Speed:
         batch: Any = stored.get("batch")
         return cls(stored.get("device", ""), batch, stored.get("rows", batch), paths, stored.get("memory"))
 
+    # The names callers of earlier versions use.
     as_dict = to_json
     from_dict = from_json
 
