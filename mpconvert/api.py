@@ -8,12 +8,12 @@ time; the stages do, when they run.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from inspect import Parameter, Signature
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .hooks import Hooks
 from .keywords import Keyword, build, refuse_unknown
@@ -32,6 +32,9 @@ from .options import (
     SaveOptions,
     ValidateOptions,
 )
+
+if TYPE_CHECKING:
+    from .report import Report
 
 
 def _signature(keywords: Mapping[str, Keyword], *leading: Parameter) -> Signature:
@@ -98,8 +101,7 @@ class Conversion:
     @property
     def report(self) -> dict:
         """The report, as report.json holds it (artifacts appear once saved)."""
-        # Through JSON, so that it equals report.json exactly (lists, not tuples).
-        return json.loads(json.dumps(self._report.as_dict(), allow_nan=False))
+        return self._report.to_json()
 
     @property
     def passed(self) -> bool:
@@ -137,7 +139,7 @@ class Conversion:
 
     def __repr__(self) -> str:
         verdict = "passed" if self.passed else "failed"
-        return f"<Conversion {self._report.source.get('name')!r} -> {self._report.policy}: {verdict}>"
+        return f"<Conversion {self._report.source.name!r} -> {self._report.policy}: {verdict}>"
 
 
 def _hooks(on_stage, on_finetune_step):
@@ -172,7 +174,7 @@ def convert(
 class Inspection:
     """What a conversion would do, per layer: policies and padding, nothing converted."""
 
-    source: dict  # as the report's: path, name, parameters, format, loader, inputs, outputs
+    source: dict  # as the report's JSON form: path, name, parameters, format, loader, inputs, outputs
     policy: str
     layers: tuple  # LayerDecision per layer, the lint's keeps included
     padding: Any  # a PadPlan, or None with pad_multiple=0
@@ -190,7 +192,8 @@ def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspe
 
     options = conversion_options(model, policy, **keywords)
     found = plan(options)
-    return Inspection(found.source.describe(options.load.path), policy, found.plan.decisions, found.padding, found.lint)
+    source = found.source.describe(options.load.path).to_json()
+    return Inspection(source, policy, found.plan.decisions, found.padding, found.lint)
 
 
 def check(report: dict | str | Path, **thresholds: Any) -> dict:
@@ -203,14 +206,14 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
     from .stored import read_report
 
     stored = report if isinstance(report, dict) else read_report(Path(report))
-    return recheck(stored, gate_options(**thresholds)).as_dict()
+    return recheck(stored, gate_options(**thresholds)).to_json()
 
 
-def recheck(stored: dict, options: GateOptions):
-    """A stored report judged again with `options` over its own thresholds (a Report)."""
+def recheck(stored: dict, options: GateOptions) -> Report:
+    """A stored report (report.json's content) judged again with `options` over its own thresholds."""
     from .report import Report
-    from .stored import load_baseline, measured_of, stored_thresholds
+    from .stored import load_baseline
 
-    baseline = load_baseline(options.baseline, measured_of(stored)) if options.baseline else None
-    thresholds = stored_thresholds(stored).overridden(options, baseline)
-    return Report.from_dict(stored, thresholds)
+    report = Report.from_json(stored)
+    baseline = load_baseline(options.baseline, report.measured) if options.baseline else None
+    return dataclasses.replace(report, thresholds=report.thresholds.overridden(options, baseline))

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import MpconvertError, WriteError
+from .options import ArtifactKind
 from .runners.base import RunResult
 from .runners.onnx import OnnxRunner
 from .runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
+from .sections import Artifact, ArtifactOutput
 from .signature import Signature
 from .validate import max_abs_diff
 from .writing import writing
@@ -32,27 +34,6 @@ from .writing import writing
 # Bytes of graph, metadata and report beside the weights in an output folder
 # (a few hundred KB for the sample models); a floor for the estimate.
 OVERHEAD = 1 << 20
-
-
-@dataclass(frozen=True)
-class Artifact:
-    kind: str  # "savedmodel", "keras" or "onnx"
-    path: str | None  # relative to the output folder; None when it failed
-    bytes: int
-    max_abs_diff: float | None
-    # Largest |output| of the converted model on the same rows: the scale
-    # the gate's relative tolerance applies to, stored so that parity can be
-    # re-checked from report.json alone.
-    max_abs_ref: float
-    runtime: str | None  # what re-ran it
-    details: dict
-    failed: bool = False  # writing or re-checking it raised an MpconvertError
-    reason: str | None = None  # why it failed, with the fix
-    # Several outputs: {output name: {max_abs_diff, max_abs_ref}}, each judged on its own scale.
-    outputs: dict | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -65,7 +46,7 @@ class OnnxFile:
 
 
 # What a kind writes: (artifact kind, path in the staging folder, write it there and re-check it).
-Writer = tuple[str, Path, Callable[[Path], Artifact]]
+Writer = tuple[ArtifactKind, Path, Callable[[Path], Artifact]]
 
 
 def size(path: Path) -> int:
@@ -81,13 +62,13 @@ def _max_abs(outputs: list[np.ndarray]) -> float:
 
 
 def parity(
-    kind: str, path: Path, expected: list, got: list, runtime: str, details: dict, signature: Signature
+    kind: ArtifactKind, path: Path, expected: list, got: list, runtime: str, details: dict, signature: Signature
 ) -> Artifact:
     """An artifact's parity over all outputs; with several outputs, each one's too (by name)."""
     outputs = None
     if len(signature.outputs) > 1:
         outputs = {
-            spec.name: {"max_abs_diff": max_abs_diff([e], [g]), "max_abs_ref": _max_abs([e])}
+            spec.name: ArtifactOutput(max_abs_diff([e], [g]), _max_abs([e]))
             for spec, e, g in zip(signature.outputs, expected, got)
         }
     return Artifact(
@@ -101,7 +82,7 @@ def savedmodel_parity(
     """A written SavedModel reloaded and run through its serving signature, with the signature's dtypes."""
     runner = SavedModelRunner(path, signature, signature_name)
     run: RunResult = runner.run(rows)
-    return parity("savedmodel", path, expected, run.outputs, runner.runtime, runner.dtypes(), signature)
+    return parity(ArtifactKind.SAVEDMODEL, path, expected, run.outputs, runner.runtime, runner.dtypes(), signature)
 
 
 def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
@@ -117,7 +98,7 @@ def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signa
         "emulated_16bit_ops": list(run.promoted_ops),
         "ran_as_written": run.native,
     }
-    return parity("onnx", written.export.path, expected, run.outputs, run.checked_with, details, signature)
+    return parity(ArtifactKind.ONNX, written.export.path, expected, run.outputs, run.checked_with, details, signature)
 
 
 def write_checked(writers: Sequence[Writer], expected: list, needed: int) -> list[Artifact]:
@@ -125,7 +106,9 @@ def write_checked(writers: Sequence[Writer], expected: list, needed: int) -> lis
     return [_guarded(kind, path, expected, write, needed) for kind, path, write in writers]
 
 
-def _guarded(kind: str, path: Path, expected: list, write: Callable[[Path], Artifact], needed: int) -> Artifact:
+def _guarded(
+    kind: ArtifactKind, path: Path, expected: list, write: Callable[[Path], Artifact], needed: int
+) -> Artifact:
     """`write(path)`, or a failed Artifact with the reason when it raises an MpconvertError.
 
     A half-written file is removed: nothing in the output folder may look

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .data import EvalData, Task
+from .options import Metric
 from .precision import Precision
 from .signature import Signature
 
@@ -19,7 +20,7 @@ from .signature import Signature
 class Context:
     signature: Signature
     tasks: tuple[Task, ...]  # one per output, in the signature's order
-    metrics: tuple[str, ...]  # the metric each output is scored by (when it has labels)
+    metrics: tuple[Metric, ...]  # the metric each output is scored by (when it has labels)
     data: EvalData
     precision: Precision
 
@@ -29,3 +30,4 @@ class Context:
             object.__setattr__(self, "tasks", (self.tasks,))
         if isinstance(self.metrics, str):
             object.__setattr__(self, "metrics", (self.metrics,) * len(self.tasks))
+        object.__setattr__(self, "metrics", tuple(Metric(m) for m in self.metrics))

@@ -11,10 +11,12 @@ expected shape, before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +28,36 @@ from .signature import Signature, TensorSpec, generate_inputs
 from .usercode import import_module
 
 
+class TaskKind(StrEnum):
+    """What one model output computes, by its final activation."""
+
+    SOFTMAX = "softmax"  # one class per row (softmax or log_softmax)
+    SIGMOID = "sigmoid"  # a unit per label, or per class (see Task.scored_by)
+    REGRESSION = "regression"  # anything else: scored by mse
+
+
+class DataSource(StrEnum):
+    """Where the validation (and training) rows came from: the report's `validation.data`."""
+
+    NPZ = "npz"  # an .npz file
+    CALLABLE = "callable"  # a module:function the user named
+    ARRAYS = "arrays"  # arrays or tf.data Datasets given to the Python API
+    GENERATED = "generated"  # no data: generated inputs, no labels
+
+
 @dataclass(frozen=True)
 class Task:
     """What one model output means, which decides its metric and labels."""
 
-    kind: str  # "softmax", "sigmoid" or "regression"
+    kind: TaskKind
     output: TensorSpec
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", TaskKind(self.kind))  # a plain string from a caller
 
     @property
     def classes(self) -> int | None:
-        return self.output.shape[-1] if self.kind == "softmax" else None
+        return self.output.shape[-1] if self.kind is TaskKind.SOFTMAX else None
 
     def scored_by(self, labels: np.ndarray | None) -> Task:
         """The task as its checked labels score it: a sigmoid output is not always a binary classifier.
@@ -45,12 +67,12 @@ class Task:
         (reconstructions, probabilities) like a regression (mse, no
         agreement); 0/1 labels shaped like the output keep the per-unit rule.
         """
-        if self.kind != "sigmoid" or labels is None:
+        if self.kind is not TaskKind.SIGMOID or labels is None:
             return self
         if labels.ndim == 1 and sigmoid_units(self):
-            return Task("softmax", self.output)
+            return Task(TaskKind.SOFTMAX, self.output)
         if not ((labels == 0) | (labels == 1)).all():
-            return Task("regression", self.output)
+            return Task(TaskKind.REGRESSION, self.output)
         return self
 
 
@@ -75,12 +97,34 @@ class Split:
 
 
 @dataclass(frozen=True)
+class Overlap:
+    """Validation rows that also appear in the training split (exact copies), and repeats within validation."""
+
+    validation_rows: int
+    train_rows: int
+    in_train: int  # validation rows that are also training rows
+    share: float  # in_train / validation_rows
+    duplicates_within_validation: int
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> Overlap:
+        found: dict[str, Any] = {f.name: stored.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**found)
+
+
+@dataclass(frozen=True)
 class EvalData:
     validation: Split
     train: Split | None
-    source: str  # "npz", "callable", "arrays" or "generated"
+    source: DataSource
     path: str | None = None
-    overlap: dict | None = None  # validation rows also in training (see `overlap_of`); None without a train split
+    overlap: Overlap | None = None  # validation rows also in training (see `overlap_of`); None without a train split
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source", DataSource(self.source))  # a plain string from a caller
 
 
 def unlabelled(inputs: tuple[np.ndarray, ...] | list[np.ndarray], signature: Signature) -> Split:
@@ -100,7 +144,7 @@ def _row_digests(split: Split) -> list[bytes]:
     return [hashlib.blake2b(b"".join(x[i].tobytes() for x in flat), digest_size=16).digest() for i in range(split.rows)]
 
 
-def overlap_of(validation: Split, train: Split | None) -> dict | None:
+def overlap_of(validation: Split, train: Split | None) -> Overlap | None:
     """How many validation rows also appear in the training split (exact copies), and repeats within validation.
 
     Rows are compared on every input, by hashing their bytes. Fine-tuning on
@@ -112,13 +156,13 @@ def overlap_of(validation: Split, train: Split | None) -> dict | None:
     seen = set(_row_digests(train))
     digests = _row_digests(validation)
     shared = sum(1 for d in digests if d in seen)
-    return {
-        "validation_rows": validation.rows,
-        "train_rows": train.rows,
-        "in_train": shared,
-        "share": shared / validation.rows,
-        "duplicates_within_validation": validation.rows - len(set(digests)),
-    }
+    return Overlap(
+        validation_rows=validation.rows,
+        train_rows=train.rows,
+        in_train=shared,
+        share=shared / validation.rows,
+        duplicates_within_validation=validation.rows - len(set(digests)),
+    )
 
 
 def input_keys(signature: Signature, suffix: str = "") -> list[str]:
@@ -145,7 +189,7 @@ def resolve_data(spec: Any, signature: Signature, tasks: tuple[Task, ...] | Task
             return load_callable(spec, signature, tasks)
         return load_npz(Path(spec), signature, tasks)
     train, validation = _train_and_validation(spec)
-    return _from_parts("data", train, validation, signature, tasks, "arrays")
+    return _from_parts("data", train, validation, signature, tasks, DataSource.ARRAYS)
 
 
 def _is_part(value: Any) -> bool:
@@ -170,7 +214,7 @@ def load_npz(path: Path, signature: Signature, tasks: tuple[Task, ...] | Task) -
     tasks = (tasks,) if isinstance(tasks, Task) else tasks
     with open_npz(path) as arrays:
         try:
-            return _eval_data(f"data file {path}", arrays, signature, tasks, "npz", str(path))
+            return _eval_data(f"data file {path}", arrays, signature, tasks, DataSource.NPZ, str(path))
         except MemoryError:
             # Checking converts the arrays (astype, isfinite), which needs
             # memory beside them; reading itself is guarded per key.
@@ -182,7 +226,7 @@ def _eval_data(
     arrays: Mapping[str, np.ndarray],
     signature: Signature,
     tasks: tuple[Task, ...],
-    source: str,
+    source: DataSource,
     origin: str | None,
 ) -> EvalData:
     validation = _split(where, arrays, signature, tasks, "", required=True)
@@ -226,7 +270,7 @@ def load_callable(spec: str, signature: Signature, tasks: tuple[Task, ...]) -> E
             f"--data {spec} returned {type(result).__name__}, expected a pair (train, validation)",
             hint="return (train, validation), each (x, y) arrays or a tf.data.Dataset of (x, y); train may be None",
         )
-    return _from_parts(f"--data {spec}", result[0], result[1], signature, tasks, "callable", spec)
+    return _from_parts(f"--data {spec}", result[0], result[1], signature, tasks, DataSource.CALLABLE, spec)
 
 
 def _from_parts(
@@ -235,7 +279,7 @@ def _from_parts(
     validation,
     signature: Signature,
     tasks: tuple[Task, ...],
-    source: str,
+    source: DataSource,
     origin: str | None = None,
 ) -> EvalData:
     """EvalData from (x, y) pairs or Datasets, checked like an .npz's arrays."""
@@ -404,7 +448,7 @@ def _check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nd
     if not np.isfinite(labels.astype(np.float64)).all():
         raise MpconvertError(f"{where}: {key!r} contains NaN or infinite values", hint="clean the labels")
     out = task.output
-    if task.kind == "softmax":
+    if task.kind is TaskKind.SOFTMAX:
         classes = task.classes
         if labels.ndim == 2 and labels.shape[1] == classes and classes > 1:
             labels = _one_hot_to_ids(where, key, labels)
@@ -431,7 +475,7 @@ def _check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nd
             )
         labels = labels.reshape((len(labels),) + row_shape)
     labels = labels.astype(np.float32)
-    if task.kind == "sigmoid" and (labels.min() < 0.0 or labels.max() > 1.0):
+    if task.kind is TaskKind.SIGMOID and (labels.min() < 0.0 or labels.max() > 1.0):
         raise MpconvertError(
             f"{where}: {key!r} must hold 0/1 labels or targets in [0, 1] for sigmoid output {out.name!r} "
             f"(found values from {labels.min():g} to {labels.max():g})",
@@ -443,7 +487,7 @@ def _check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nd
 def sigmoid_units(task: Task) -> int | None:
     """k for a (None, k > 1) sigmoid output, which (n,) class ids can label; else None."""
     shape = task.output.shape
-    if task.kind != "sigmoid" or len(shape) != 2 or not shape[-1] or shape[-1] < 2:
+    if task.kind is not TaskKind.SIGMOID or len(shape) != 2 or not shape[-1] or shape[-1] < 2:
         return None
     return shape[-1]
 
@@ -475,4 +519,4 @@ def evaluation_data(model: Any, signature: Signature, tasks: tuple[Task, ...], o
     if given is not None:
         return given
     inputs = generate_inputs(model, signature, options.generated_samples, seed)
-    return EvalData(unlabelled(inputs, signature), None, "generated")
+    return EvalData(unlabelled(inputs, signature), None, DataSource.GENERATED)

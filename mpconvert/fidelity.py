@@ -12,12 +12,12 @@ and the first that differs is named.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import MpconvertError
+from .sections import Fidelity
 from .trace import trace
 
 # float32 rounding: 2**-24 = 6e-8 per operation, accumulated over a few
@@ -28,16 +28,6 @@ FLOAT32_ROUNDING = 1e-6
 # Rows traced layer by layer to name the culprit: every call's outputs are
 # held at once, so fewer than the proof's.
 LOCATE_ROWS = 32
-
-
-@dataclass(frozen=True)
-class Fidelity:
-    rows: int
-    max_abs_diff: float
-    limit: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def limit_for(reference: list[np.ndarray]) -> float:

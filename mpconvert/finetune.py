@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from .configs import model_config
 from .context import Context
-from .data import Task
+from .data import Task, TaskKind
 from .errors import MpconvertError
 from .frameworks import Framework
 from .hooks import StepCallback
@@ -31,6 +30,7 @@ from .load import Loaded
 from .options import FinetuneOptions
 from .precision import Precision
 from .runners.keras import predict
+from .sections import Finetune, FinetuneKept
 from .state import rebuild
 from .validate import metric_value, worse_by
 
@@ -42,38 +42,6 @@ MAX_SKIPPED_SHARE = 0.5
 # Steps timed on the float32 original for the step-time ratio (after one
 # warm-up step that traces the function).
 TIMED_STEPS = 5
-
-
-@dataclass(frozen=True)
-class Finetune:
-    steps: int  # steps run (fewer than requested when a health check stopped it)
-    requested_steps: int
-    skipped_steps: int
-    loss_scale: dict | None  # {initial, final, min}; None without loss scaling (bfloat16)
-    loss: dict  # {first, last}
-    metric: str
-    metric_before: float
-    metric_after: float | None  # None when stopped by a health check
-    kept: str  # "finetuned" or "rewritten"
-    seconds: float
-    step_time: dict  # {float32_ms, converted_ms}
-    step_time_ratio: float | None  # converted / float32; below 1 is faster
-    healthy: bool
-    problem: str | None  # what went wrong, in plain words
-    advice: str | None  # what to try
-    loss_function: str
-    learning_rate: float
-    batch_size: int
-    seed: int
-    # Several outputs: {output name: {metric, before, after}} for each labelled one
-    # (the fields above are the first's); None for one output.
-    outputs: dict | None = None
-    # The loss (and loss scale) over the steps, for report.html's chart:
-    # {step: [...], loss: [...], loss_scale: [...] or None}, at most HISTORY_POINTS steps.
-    history: dict | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 # Enough points for a chart, few enough that a 10,000-step fine-tune keeps report.json small.
@@ -94,8 +62,8 @@ def history_of(losses: list[float], scales: list[float]) -> dict:
 
 def default_loss(task: Task) -> str:
     return {
-        "softmax": "sparse_categorical_crossentropy",
-        "sigmoid": "binary_crossentropy",
+        TaskKind.SOFTMAX: "sparse_categorical_crossentropy",
+        TaskKind.SIGMOID: "binary_crossentropy",
     }.get(task.kind, "mean_squared_error")
 
 
@@ -139,7 +107,11 @@ def training_labels(task: Task, labels: np.ndarray, loss_name: str) -> np.ndarra
     There are no logits to give a sparse softmax loss instead: the model ends
     in the sigmoid.
     """
-    if task.kind != "sigmoid" or task.scored_by(labels).kind != "softmax" or "sparse" in loss_name:
+    if (
+        task.kind is not TaskKind.SIGMOID
+        or task.scored_by(labels).kind is not TaskKind.SOFTMAX
+        or "sparse" in loss_name
+    ):
         return labels
     return np.eye(task.output.shape[-1], dtype=np.float32)[labels]
 
@@ -343,15 +315,15 @@ def finetune(
     after: dict[int, float] = {}
     if problem:
         model.set_weights(before_weights)
-        kept = "rewritten"
+        kept = FinetuneKept.REWRITTEN
     else:
         after = metrics_now()
         # No harm: the fine-tuned weights only if no scored output got worse.
         if all(worse_by(context.metrics[i], before[i], after[i]) <= 0 for i in scored):
-            kept = "finetuned"
+            kept = FinetuneKept.FINETUNED
         else:
             model.set_weights(before_weights)
-            kept = "rewritten"
+            kept = FinetuneKept.REWRITTEN
     first = scored[0] if scored else heads[0]
     losses = losses_seen
     converted_ms = statistics.median(times[1:] or times) * 1000

@@ -1,17 +1,33 @@
 """The CI gate: every check on a report, collected first, then one verdict.
 
-The gate reads nothing but the report's JSON form, so `mpconvert check`
-re-applies exactly what a conversion applied, from report.json alone and
-without TensorFlow. Each check becomes one JUnit test case, and a failing
-check never hides the others: all are evaluated, then the gate decides.
+The gate judges the report's typed sections (sections/), which a
+conversion builds and `mpconvert check` reads back from report.json, so a
+re-check applies exactly what the conversion applied, from report.json
+alone and without TensorFlow. Each check becomes one JUnit test case, and
+a failing check never hides the others: all are evaluated, then the gate
+decides.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
+from .data import Overlap
 from .formats import INPUT_LAYER, units_of
+from .sections import (
+    Artifact,
+    ArtifactOutput,
+    Finetune,
+    Layer,
+    OutputValidation,
+    PaddingReport,
+    Source,
+    SpeedReport,
+    Validation,
+    native,
+)
 from .thresholds import Baseline, Thresholds
 from .validate import within, worse_by
 
@@ -65,89 +81,114 @@ class GateResult:
         return [check for check in self.checks if not check.passed]
 
     def as_dict(self) -> dict:
+        """The report's `gate` section (its JSON form: Enums among a check's values as their strings)."""
         return {
             "passed": self.passed,
-            "thresholds": self.thresholds.as_dict(),
-            "checks": [asdict(check) for check in self.checks],
+            "thresholds": native(self.thresholds.as_dict()),
+            "checks": [native(asdict(check)) for check in self.checks],
         }
 
 
-def evaluate(report: dict, thresholds: Thresholds) -> GateResult:
-    """Every check that applies to `report` (its JSON form), in a fixed order."""
-    validation = report["validation"]
+class Judged(Protocol):
+    """The sections of a report the gate reads (report.Report has them)."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def source(self) -> Source: ...
+    @property
+    def layers(self) -> tuple[Layer, ...]: ...
+    @property
+    def finetune(self) -> Finetune | None: ...
+    @property
+    def validation(self) -> Validation: ...
+    @property
+    def padding(self) -> PaddingReport | None: ...
+    @property
+    def artifacts(self) -> tuple[Artifact, ...]: ...
+    @property
+    def speed(self) -> SpeedReport | None: ...
+
+
+def evaluate(report: Judged, thresholds: Thresholds) -> GateResult:
+    """Every check that applies to `report`, in a fixed order."""
+    validation = report.validation
     checks = [_policy_rewrite(report)]
-    if report.get("finetune"):
-        checks.append(_finetune_health(report["finetune"]))
+    if report.finetune:
+        checks.append(_finetune_health(report.finetune))
     checks += validation_checks(validation, thresholds)
-    overlap = check_overlap(validation.get("overlap"), report.get("finetune"), thresholds.max_overlap)
+    overlap = check_overlap(validation.overlap, report.finetune, thresholds.max_overlap)
     if overlap is not None:
         checks.append(overlap)
-    if report.get("padding"):
-        checks.append(_padding(report["padding"]))
-    keras_nonfinite = validation["nonfinite_outputs"] > 0
-    checks += [_parity(artifact, thresholds, keras_nonfinite) for artifact in report["artifacts"]]
+    if report.padding:
+        checks.append(_padding(report.padding))
+    keras_nonfinite = validation.nonfinite_outputs > 0
+    checks += [_parity(artifact, thresholds, keras_nonfinite) for artifact in report.artifacts]
     if thresholds.baseline is not None:
         checks += _baselines(validation, thresholds.baseline, thresholds.max_regression)
     if thresholds.min_speedup is not None:
-        checks.append(check_speed(report.get("speed"), thresholds.min_speedup))
+        checks.append(check_speed(report.speed, thresholds.min_speedup))
     return GateResult(tuple(checks), thresholds)
 
 
-def validation_checks(v: dict, thresholds: Thresholds) -> list[Check]:
+# What the metric and agreement checks read: the primary output's figures, or one output's.
+Measured = Validation | OutputValidation
+
+
+def validation_checks(v: Validation, thresholds: Thresholds) -> list[Check]:
     """The metric and agreement checks, the ones the search can fix: one set per output of a multi-output model.
 
     With several outputs each check is named after its output ("accuracy
     gate: digit", "mse gate: ink", "agreement: digit"); an output without
     labels gets a drift check instead of a metric check ("drift: boxes").
     """
-    outputs = v.get("outputs")
-    if not outputs:
+    if not v.outputs:
         checks = [check_accuracy(v, thresholds.max_drop)]
         agreement = check_agreement(v, thresholds.min_agreement)
         return checks + ([agreement] if agreement is not None else [])  # None for regression models
     checks = []
-    for o in outputs:
-        name = o["name"]
-        if o["metric"] is None:
+    for o in v.outputs:
+        name = o.name
+        if o.metric is None:
             checks.append(check_drift(o))
         else:
-            checks.append(replace(check_accuracy(o, thresholds.drop_for(name)), name=f"{o['metric']} gate: {name}"))
+            checks.append(replace(check_accuracy(o, thresholds.drop_for(name)), name=f"{o.metric} gate: {name}"))
         agreement = check_agreement(o, thresholds.min_agreement)
         if agreement is not None:
             checks.append(replace(agreement, name=f"{AGREEMENT}: {name}"))
     return checks
 
 
-def check_drift(o: dict) -> Check:
+def check_drift(o: OutputValidation) -> Check:
     """An output without labels: compared with the original, failed only by NaN/inf values."""
-    drift = "not finite" if o["max_abs_diff"] is None else f"{o['max_abs_diff']:.6f}"
-    values = {"max_abs_diff": o["max_abs_diff"], "nonfinite_outputs": o["nonfinite_outputs"]}
-    message = f"no labels for output {o['name']!r}: max abs diff {drift} from the float32 model on {o['rows']} rows"
-    if o["nonfinite_outputs"]:
+    drift = "not finite" if o.max_abs_diff is None else f"{o.max_abs_diff:.6f}"
+    values = {"max_abs_diff": o.max_abs_diff, "nonfinite_outputs": o.nonfinite_outputs}
+    message = f"no labels for output {o.name!r}: max abs diff {drift} from the float32 model on {o.rows} rows"
+    if o.nonfinite_outputs:
         message += (
-            f"; {o['nonfinite_outputs']} NaN/inf values: activations overflow 16 bits "
+            f"; {o.nonfinite_outputs} NaN/inf values: activations overflow 16 bits "
             "(try mixed_bfloat16 or --keep-float32 on the overflowing layers)"
         )
-    return Check(f"{DRIFT}: {o['name']}", o["nonfinite_outputs"] == 0, message, values)
+    return Check(f"{DRIFT}: {o.name}", o.nonfinite_outputs == 0, message, values)
 
 
-def check_overlap(overlap: dict | None, tuning: dict | None, max_overlap: float) -> Check | None:
+def check_overlap(overlap: Overlap | None, tuning: Finetune | None, max_overlap: float) -> Check | None:
     """Fine-tuning on validation rows makes the accuracy gate judge memory: fail past max_overlap.
 
     Only judged when fine-tuning ran and some rows are shared; otherwise the
     summary warns (render), and a clean split says nothing.
     """
-    if not overlap or not overlap["in_train"] or not tuning or not tuning.get("steps"):
+    if not overlap or not overlap.in_train or not tuning or not tuning.steps:
         return None
-    share = overlap["share"]
+    share = overlap.share
     passed = within(share, max_overlap)
     message = (
-        f"{overlap['in_train']} of {overlap['validation_rows']} validation rows ({share:.1%}) are also training "
+        f"{overlap.in_train} of {overlap.validation_rows} validation rows ({share:.1%}) are also training "
         f"rows, and fine-tuning trained on them: {'<=' if passed else '>'} max {max_overlap:.1%}"
     )
     if not passed:
         message += "; split the data so that no validation row is a training row, or pass --finetune-steps 0"
-    values = {**overlap, "max_overlap": max_overlap}
+    values = {**overlap.to_json(), "max_overlap": max_overlap}
     return Check(OVERLAP, passed, message, values)
 
 
@@ -156,7 +197,7 @@ class LayerCounts:
     """A report's layers counted the one way the gate, the summaries and batch.json count them."""
 
     converted: int  # layers computing in the report's policy
-    kept: tuple[dict, ...]  # layers pinned to float32, input layers aside (they compute nothing)
+    kept: tuple[Layer, ...]  # layers pinned to float32, input layers aside (they compute nothing)
     with_policy: int  # layers that have a policy at all, input layers aside
 
     @property
@@ -164,21 +205,22 @@ class LayerCounts:
         return len(self.kept) / self.with_policy if self.with_policy else None
 
 
-def layer_counts(report: dict) -> LayerCounts:
-    layers = [layer for layer in report["layers"] if layer["pinned"] != INPUT_LAYER]
+def layer_counts(policy: str, layers: Iterable[Layer]) -> LayerCounts:
+    """A report's layers (`layers`) counted against its `policy`."""
+    computing = [layer for layer in layers if layer.pinned != INPUT_LAYER]
     return LayerCounts(
-        converted=sum(1 for layer in layers if layer["policy"] == report["policy"]),
-        kept=tuple(layer for layer in layers if layer["pinned"]),
-        with_policy=sum(1 for layer in layers if layer["policy"]),
+        converted=sum(1 for layer in computing if layer.policy == policy),
+        kept=tuple(layer for layer in computing if layer.pinned),
+        with_policy=sum(1 for layer in computing if layer.policy),
     )
 
 
-def _policy_rewrite(report: dict) -> Check:
-    policy = report["policy"]
-    counts = layer_counts(report)
+def _policy_rewrite(report: Judged) -> Check:
+    policy = report.policy
+    counts = layer_counts(policy, report.layers)
     converted, kept = counts.converted, len(counts.kept)
     values = {"policy": policy, "converted": converted, "kept_float32": kept}
-    units = units_of((report.get("source") or {}).get("format"))
+    units = units_of(report.source.format)
     if converted:
         return Check(POLICY_REWRITE, True, f"{converted} {units} converted to {policy}, {kept} kept float32", values)
     return Check(
@@ -190,51 +232,52 @@ def _policy_rewrite(report: dict) -> Check:
     )
 
 
-def _finetune_health(tuning: dict) -> Check:
-    values = {key: tuning[key] for key in ("steps", "requested_steps", "skipped_steps", "healthy", "kept")}
-    if tuning["healthy"]:
-        message = f"{tuning['steps']} steps, {tuning['skipped_steps']} skipped; kept the {tuning['kept']} weights"
+def _finetune_health(tuning: Finetune) -> Check:
+    values = {key: getattr(tuning, key) for key in ("steps", "requested_steps", "skipped_steps", "healthy", "kept")}
+    if tuning.healthy:
+        message = f"{tuning.steps} steps, {tuning.skipped_steps} skipped; kept the {tuning.kept} weights"
         return Check(FINETUNE_HEALTH, True, message, values)
-    message = f"stopped after {tuning['steps']} of {tuning['requested_steps']} steps: {tuning['problem']}"
-    if tuning.get("advice"):
-        message += f"; try {tuning['advice']}"
+    message = f"stopped after {tuning.steps} of {tuning.requested_steps} steps: {tuning.problem}"
+    if tuning.advice:
+        message += f"; try {tuning.advice}"
     return Check(FINETUNE_HEALTH, False, message, values)
 
 
-def check_accuracy(v: dict, max_drop: float) -> Check:
-    nonfinite = v["nonfinite_outputs"]
-    values = {
-        "metric": v["metric"],
-        "reference": v["reference"],
-        "converted": v["converted"],
-        "drop": v["drop"],
+def check_accuracy(v: Measured, max_drop: float) -> Check:
+    nonfinite = v.nonfinite_outputs
+    values: dict[str, Any] = {
+        "metric": v.metric,
+        "reference": v.reference,
+        "converted": v.converted,
+        "drop": v.drop,
         "max_drop": max_drop,
         "nonfinite_outputs": nonfinite,
     }
-    if v["metric"] is None:
+    if v.metric is None:
         passed = nonfinite == 0
-        drift = "n/a" if v["max_abs_diff"] is None else f"{v['max_abs_diff']:.6f}"
+        drift = "n/a" if v.max_abs_diff is None else f"{v.max_abs_diff:.6f}"
         message = (
             f"accuracy not measured: no labelled data, only output drift (max abs diff {drift} "
-            f"on {v['rows']} generated inputs)"
+            f"on {v.rows} generated inputs)"
         )
-    elif v["drop"] is None:
+    elif v.drop is None or v.reference is None or v.converted is None:
         # The metric itself is not finite (mse of NaN outputs): stored as null, never within a budget.
         passed = False
         message = (
-            f"{v['metric']} {_number(v['reference'])} -> {_number(v['converted'])}: "
+            f"{v.metric} {_number(v.reference)} -> {_number(v.converted)}: "
             f"the drop is not finite, so not within max {max_drop:.4f}"
         )
     else:
-        in_budget = within(v["drop"], max_drop)
+        in_budget = within(v.drop, max_drop)
         passed = in_budget and nonfinite == 0
         message = (
-            f"{v['metric']} {v['reference']:.4f} -> {v['converted']:.4f}, "
-            f"drop {v['drop']:.4f} {'<=' if in_budget else '>'} max {max_drop:.4f}"
+            f"{v.metric} {v.reference:.4f} -> {v.converted:.4f}, "
+            f"drop {v.drop:.4f} {'<=' if in_budget else '>'} max {max_drop:.4f}"
         )
     if nonfinite:
-        # No budget can excuse NaN/inf: say so, where, and the way out.
-        where = v.get("nonfinite_by_output") or {}
+        # No budget can excuse NaN/inf: say so, where, and the way out (one output's
+        # figures name no output: the check is named after it).
+        where = (v.nonfinite_by_output if isinstance(v, Validation) else None) or {}
         named = f" ({', '.join(f'{n} in output {name!r}' for name, n in where.items())})" if where else ""
         message += (
             f"; {nonfinite} NaN/inf output values{named}: activations overflow 16 bits "
@@ -248,70 +291,70 @@ def _number(value: float | None) -> str:
     return "not finite" if value is None else f"{value:.4f}"
 
 
-def check_agreement(v: dict, min_agreement: float) -> Check | None:
+def check_agreement(v: Measured, min_agreement: float) -> Check | None:
     """Harm with labels, agreement without: the rule the report's fields allow.
 
-    Reports written before the harm fields (no `kept_correct_rows`) are
-    judged by agreement, as they were then.
+    Reports written before the harm fields (no `kept_correct_rows`, read
+    back as None) are judged by agreement, as they were then.
     """
-    if v.get("agreement_rows") == 0:
-        message = f"not judged: all {v['rows']} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
+    if v.agreement_rows == 0:
+        message = f"not judged: all {v.rows} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
         return Check(AGREEMENT, True, message, {"agreement": None, "rows": 0})
-    if v.get("kept_correct_rows") == 0:
+    if v.kept_correct_rows == 0:
         message = (
-            f"not judged: the float32 model got none of the {v['agreement_rows']} decisive rows right, "
-            f"so none can be harmed ({v['fixed']} fixed)"
+            f"not judged: the float32 model got none of the {v.agreement_rows} decisive rows right, "
+            f"so none can be harmed ({v.fixed} fixed)"
         )
-        return Check(AGREEMENT, True, message, {"kept_correct": None, "rows": 0, "fixed": v["fixed"]})
-    if v.get("kept_correct") is not None:
-        return _kept_correct(v, min_agreement)
-    if v["agreement"] is None:
+        return Check(AGREEMENT, True, message, {"kept_correct": None, "rows": 0, "fixed": v.fixed})
+    if v.kept_correct is not None:
+        return _kept_correct(v, v.kept_correct, min_agreement)
+    if v.agreement is None:
         return None
-    agreement = v["agreement"]
+    agreement = v.agreement
     passed = within(min_agreement, agreement)
     message = (
         f"predictions agree on {agreement:.2%} of {_decisive(v)} rows {'>=' if passed else '<'} min {min_agreement:.2%}"
     )
-    values = {"agreement": agreement, "min_agreement": min_agreement, "rows": v.get("agreement_rows", v["rows"])}
+    rows = v.rows if v.agreement_rows is None else v.agreement_rows
+    values = {"agreement": agreement, "min_agreement": min_agreement, "rows": rows}
     return Check(AGREEMENT, passed, message, values)
 
 
-def _kept_correct(v: dict, min_agreement: float) -> Check:
-    kept = v["kept_correct"]
+def _kept_correct(v: Measured, kept: float, min_agreement: float) -> Check:
     passed = within(min_agreement, kept)
-    ties = v["rows"] - v["agreement_rows"]
+    ties = 0 if v.agreement_rows is None else v.rows - v.agreement_rows
     left_out = f"; {ties} near-ties left out" if ties else ""
     message = (
-        f"kept {kept:.2%} of the {v['kept_correct_rows']} rows the float32 model got right "
-        f"({v['harmed']} harmed, {v['fixed']} fixed{left_out}) {'>=' if passed else '<'} min {min_agreement:.2%}"
+        f"kept {kept:.2%} of the {v.kept_correct_rows} rows the float32 model got right "
+        f"({v.harmed} harmed, {v.fixed} fixed{left_out}) {'>=' if passed else '<'} min {min_agreement:.2%}"
     )
     values = {
         "kept_correct": kept,
         "min_agreement": min_agreement,
-        "rows": v["kept_correct_rows"],
-        "harmed": v["harmed"],
-        "fixed": v["fixed"],
-        "agreement": v["agreement"],
+        "rows": v.kept_correct_rows,
+        "harmed": v.harmed,
+        "fixed": v.fixed,
+        "agreement": v.agreement,
     }
     return Check(AGREEMENT, passed, message, values)
 
 
-def _decisive(v: dict) -> str:
-    counted = v.get("agreement_rows")
-    if counted is None or counted == v["rows"]:
-        return str(v["rows"])
-    return f"{counted} decisive ({v['rows'] - counted} near-ties left out)"
+def _decisive(v: Measured) -> str:
+    counted = v.agreement_rows
+    if counted is None or counted == v.rows:
+        return str(v.rows)
+    return f"{counted} decisive ({v.rows - counted} near-ties left out)"
 
 
-def _padding(padding: dict) -> Check:
-    diff = padding.get("max_abs_diff")
+def _padding(padding: PaddingReport) -> Check:
+    diff = padding.max_abs_diff
     diff_text = "n/a (not finite)" if diff is None else f"{diff:.3g}"
-    values = {key: padding.get(key) for key in ("multiple", "max_abs_diff", "flops_overhead", "exported")}
-    if padding["passed"]:
-        message = f"padded and unpadded models agree (max abs diff {diff_text}); exported {padding.get('exported')}"
+    values = {key: getattr(padding, key) for key in ("multiple", "max_abs_diff", "flops_overhead", "exported")}
+    if padding.passed:
+        message = f"padded and unpadded models agree (max abs diff {diff_text}); exported {padding.exported}"
         return Check(PADDING, True, message, values)
-    reason = padding.get("reason") or "the padded model does not match the unpadded one"
-    if padding.get("exported") == "unpadded":
+    reason = padding.reason or "the padded model does not match the unpadded one"
+    if padding.exported == "unpadded":
         # A padding its proof rejects is mpconvert's own miss: the model the
         # user gets is the unpadded one, which every other check judged.
         message = (
@@ -322,10 +365,10 @@ def _padding(padding: dict) -> Check:
     return Check(PADDING, False, f"{reason} (max abs diff {diff_text})", values)
 
 
-def _parity(artifact: dict, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
-    kind, diff = artifact["kind"], artifact["max_abs_diff"]
+def _parity(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
+    kind, diff = artifact.kind, artifact.max_abs_diff
     # Reports written before max_abs_ref existed get the atol alone.
-    ref = artifact.get("max_abs_ref") or 0.0
+    ref = artifact.max_abs_ref or 0.0
     limit = thresholds.tolerance(kind, ref)
     name = f"{PARITY}: {kind}"
     values = {
@@ -335,16 +378,16 @@ def _parity(artifact: dict, thresholds: Thresholds, keras_nonfinite: bool) -> Ch
         "rtol": thresholds.rtol.get(kind),
         "limit": limit,
     }
-    if artifact.get("failed"):
-        return Check(name, False, f"{kind} export failed: {artifact.get('reason')}", values)
+    if artifact.failed:
+        return Check(name, False, f"{kind} export failed: {artifact.reason}", values)
     if limit is None:
-        return Check(name, False, f"no tolerance known for artifact kind {kind!r}", values)
-    if artifact.get("outputs"):
-        return _parity_by_output(name, artifact["outputs"], thresholds, kind, values, keras_nonfinite)
+        return Check(name, False, f"no tolerance known for artifact kind {str(kind)!r}", values)
+    if artifact.outputs:
+        return _parity_by_output(name, artifact.outputs, thresholds, kind, values, keras_nonfinite)
     rule = f"atol {thresholds.atol[kind]:g} + rtol {thresholds.rtol[kind]:g} x max abs output {ref:.4g}"
     if diff is None:
         # A NaN difference cannot be within any tolerance; say whose it is.
-        whose = "the converted Keras model's outputs" if keras_nonfinite else f"{artifact['path']}'s outputs"
+        whose = "the converted Keras model's outputs" if keras_nonfinite else f"{artifact.path}'s outputs"
         return Check(name, False, f"max abs diff is not finite: NaN/inf in {whose} ({rule})", values)
     passed = within(diff, limit)
     sign = "<=" if passed else ">"
@@ -352,19 +395,25 @@ def _parity(artifact: dict, thresholds: Thresholds, keras_nonfinite: bool) -> Ch
 
 
 def _parity_by_output(
-    name: str, outputs: dict, thresholds: Thresholds, kind: str, values: dict, keras_nonfinite: bool
+    name: str,
+    outputs: dict[str, ArtifactOutput],
+    thresholds: Thresholds,
+    kind: str,
+    values: dict,
+    keras_nonfinite: bool,
 ) -> Check:
     """Each output of the artifact against its own limit (atol + rtol x that output's largest |value|)."""
     judged = {}
     for output, o in outputs.items():
-        limit = thresholds.tolerance(kind, o.get("max_abs_ref") or 0.0)
-        diff = o["max_abs_diff"]
-        judged[output] = {**o, "limit": limit, "passed": diff is not None and within(diff, limit)}
-    failed = [n for n, o in judged.items() if not o["passed"]]
+        limit = thresholds.tolerance(kind, o.max_abs_ref or 0.0)
+        diff = o.max_abs_diff
+        passed = diff is not None and limit is not None and within(diff, limit)
+        judged[output] = {**o.to_json(), "limit": limit, "passed": passed}
+    failed = [n for n, one in judged.items() if not one["passed"]]
     parts = []
-    for output, o in judged.items():
-        diff = "not finite" if o["max_abs_diff"] is None else f"{o['max_abs_diff']:.3g}"
-        parts.append(f"{output} {diff} {'<=' if o['passed'] else '>'} {o['limit']:.3g}")
+    for output, one in judged.items():
+        shown = "not finite" if one["max_abs_diff"] is None else f"{one['max_abs_diff']:.3g}"
+        parts.append(f"{output} {shown} {'<=' if one['passed'] else '>'} {one['limit']:.3g}")
     message = "max abs diff per output: " + ", ".join(parts)
     if failed:
         whose = "; NaN/inf in the converted Keras model's outputs" if keras_nonfinite else ""
@@ -372,53 +421,53 @@ def _parity_by_output(
     return Check(name, not failed, message, {**values, "outputs": judged})
 
 
-def _baselines(v: dict, baseline: Baseline, max_regression: float) -> list[Check]:
+def _baselines(v: Validation, baseline: Baseline, max_regression: float) -> list[Check]:
     """One regression check, or one per scored output (by name) when the report has several outputs."""
-    if not v.get("outputs"):
+    if not v.outputs:
         return [_baseline(v, baseline, max_regression)]
     before = baseline.outputs or {}
     checks = []
-    for o in v["outputs"]:
-        if o["metric"] is None:
+    for o in v.outputs:
+        if o.metric is None:
             continue
-        old = before.get(o["name"])
+        old = before.get(o.name)
         if old is None:
             check = Check(
-                f"{BASELINE}: {o['name']}",
+                f"{BASELINE}: {o.name}",
                 False,
-                f"the baseline has no measured output {o['name']!r}: not comparable",
+                f"the baseline has no measured output {o.name!r}: not comparable",
                 {"baseline_path": baseline.path},
             )
         else:
             one = replace(baseline, metric=old["metric"], converted=old["converted"])
-            check = replace(_baseline(o, one, max_regression), name=f"{BASELINE}: {o['name']}")
+            check = replace(_baseline(o, one, max_regression), name=f"{BASELINE}: {o.name}")
         checks.append(check)
     return checks
 
 
-def _baseline(v: dict, baseline: Baseline, max_regression: float) -> Check:
-    values = {
-        "metric": v["metric"],
-        "converted": v["converted"],
+def _baseline(v: Measured, baseline: Baseline, max_regression: float) -> Check:
+    values: dict[str, Any] = {
+        "metric": v.metric,
+        "converted": v.converted,
         "baseline": baseline.converted,
         "max_regression": max_regression,
         "baseline_path": baseline.path,
     }
-    if v["metric"] != baseline.metric or v["converted"] is None:
-        message = f"this run measured {v['metric'] or 'no metric'}, the baseline {baseline.metric}: not comparable"
+    if v.metric is None or v.metric != baseline.metric or v.converted is None:
+        message = f"this run measured {v.metric or 'no metric'}, the baseline {baseline.metric}: not comparable"
         return Check(BASELINE, False, message, values)
-    regression = worse_by(v["metric"], baseline.converted, v["converted"])
+    regression = worse_by(v.metric, baseline.converted, v.converted)
     values["regression"] = regression
     passed = within(regression, max_regression)
     change = f"worse by {regression:.4f}" if regression > 0 else f"not worse ({-regression:+.4f})"
     message = (
-        f"{v['metric']} {v['converted']:.4f} vs baseline {baseline.converted:.4f} ({baseline.path}), "
+        f"{v.metric} {v.converted:.4f} vs baseline {baseline.converted:.4f} ({baseline.path}), "
         f"{change} {'<=' if passed else '>'} max {max_regression:.4f}"
     )
     return Check(BASELINE, passed, message, values)
 
 
-def check_speed(speed: dict | None, min_speedup: float) -> Check:
+def check_speed(speed: SpeedReport | None, min_speedup: float) -> Check:
     """The converted model at least `min_speedup` times as fast as float32, on the machine that measured it.
 
     Judged on the SavedModel serving path when timed, else the Keras call.
@@ -426,27 +475,29 @@ def check_speed(speed: dict | None, min_speedup: float) -> Check:
     by not measuring.
     """
     values: dict[str, Any] = {"min_speedup": min_speedup, "ratio": None}
-    timed = [(name, (speed or {}).get("paths", {}).get(name)) for name in SPEED_PATHS_JUDGED]
-    timed = [(name, path) for name, path in timed if path and path.get("ratio") is not None]
-    if not timed:
+    paths = speed.paths if speed else {}
+    timed = [(name, paths[name]) for name in SPEED_PATHS_JUDGED if name in paths and paths[name].ratio is not None]
+    if speed is None or not timed:
         message = (
             f"speed was not measured (the report has no timed {' or '.join(SPEED_PATHS_JUDGED)} path), "
             f"so min {min_speedup:.2f}x cannot be judged; convert again with an mpconvert that measures it"
         )
         return Check(SPEED, False, message, values)
     name, path = timed[0]
-    ratio = path["ratio"]
+    ratio = path.ratio
+    assert ratio is not None and path.float32_ms and path.converted_ms  # a ratio needs both times
+    measured = speed.measured
     values.update(
         path=name,
         ratio=ratio,
-        float32_ms=path["float32_ms"],
-        converted_ms=path["converted_ms"],
-        device=speed.get("device"),
-        batch=speed.get("batch"),
+        float32_ms=path.float32_ms,
+        converted_ms=path.converted_ms,
+        device=measured.device,
+        batch=measured.batch,
     )
     passed = within(min_speedup, ratio)
     message = (
-        f"{name} {ratio:.2f}x as fast as float32 ({path['float32_ms']:.3g} ms -> {path['converted_ms']:.3g} ms, "
-        f"batch {speed.get('batch')}, {speed.get('device')}) {'>=' if passed else '<'} min {min_speedup:.2f}x"
+        f"{name} {ratio:.2f}x as fast as float32 ({path.float32_ms:.3g} ms -> {path.converted_ms:.3g} ms, "
+        f"batch {measured.batch}, {measured.device}) {'>=' if passed else '<'} min {min_speedup:.2f}x"
     )
     return Check(SPEED, passed, message, values)

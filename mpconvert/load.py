@@ -28,6 +28,7 @@ from .errors import MpconvertError, first_line
 from .formats import ModelFormat
 from .frameworks import KERAS3, TF_KERAS, Framework, framework_of
 from .options import LoadOptions
+from .sections import Source
 from .usercode import import_module
 
 
@@ -44,20 +45,13 @@ class Loaded:
         """The scope every stage that rebuilds or reloads this model runs in."""
         return self.framework.deserialization(self.safe, self.custom_objects)
 
-    def source(self, path: Path | None) -> dict:
+    def source(self, path: Path | None) -> Source:
         """The report's `source`: where the model came from, what read it, its inputs and outputs."""
         from .signature import signature_of
 
         signature = signature_of(self.model)
-        return {
-            "path": str(path) if path else None,
-            "name": self.model.name,
-            "parameters": int(self.model.count_params()),
-            "format": str(self.format),
-            "loader": self.framework.name,
-            "inputs": [vars(s) for s in signature.inputs],
-            "outputs": [vars(s) for s in signature.outputs],
-        }
+        parameters = int(self.model.count_params())
+        return Source.of(path, self.model.name, parameters, ModelFormat(self.format), self.framework.name, signature)
 
 
 def detect_format(path: Path) -> ModelFormat:

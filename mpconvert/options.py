@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,33 @@ from .errors import MpconvertError
 from .keywords import Keyword, check_ranges, keyword, table
 from .precision import Precision
 
-EXPORT_KINDS = ("savedmodel", "onnx")
-# What the report lists: a Keras 3 model's savedmodel export also writes model.keras.
-ARTIFACT_KINDS = ("savedmodel", "keras", "onnx")
-METRICS = ("accuracy", "mse")
+
+class ArtifactKind(StrEnum):
+    """What the report lists: a Keras 3 model's savedmodel export also writes model.keras."""
+
+    SAVEDMODEL = "savedmodel"
+    KERAS = "keras"
+    ONNX = "onnx"
+
+
+class Metric(StrEnum):
+    """What the gate scores an output by; a drop is always how much worse (worse_by)."""
+
+    ACCURACY = "accuracy"
+    MSE = "mse"
+
+
+class AutoKeepMode(StrEnum):
+    """How much of automatic float32 runs (numerics/autokeep.py)."""
+
+    OFF = "off"  # the gate fails and says so
+    LINT = "lint"  # keep what the numeric lint flags
+    SEARCH = "search"  # and search for what fixes a failing accuracy or agreement check
+
+
+EXPORT_KINDS = (ArtifactKind.SAVEDMODEL.value, ArtifactKind.ONNX.value)
+ARTIFACT_KINDS = tuple(kind.value for kind in ArtifactKind)
+METRICS = tuple(metric.value for metric in Metric)
 
 # One percentage point of accuracy: small enough to catch a real regression,
 # large enough that 16-bit rounding on a few hundred samples does not trip it.
@@ -86,7 +110,7 @@ class RewriteOptions:
                 ) from None
 
 
-AUTO_KEEP_MODES = ("off", "lint", "search")
+AUTO_KEEP_MODES = tuple(mode.value for mode in AutoKeepMode)
 # A few minutes: far below what node-level bisection costs (52 attempts took
 # 16 minutes in onnxmltools PR 543), enough for ~2 log2(L) trials of a
 # model of a few hundred layers on 2 cores.
@@ -100,8 +124,8 @@ LINT_ROWS = 256
 
 @dataclass(frozen=True)
 class AutoKeepOptions:
-    mode: str = keyword(
-        "search",
+    mode: AutoKeepMode = keyword(
+        AutoKeepMode.SEARCH.value,
         name="auto_keep",
         choices=AUTO_KEEP_MODES,
         help="Keep float32 where 16 bits break: lint (what the numeric lint flags), search (also search for the "
@@ -119,6 +143,8 @@ class AutoKeepOptions:
 
     def __post_init__(self) -> None:
         check_ranges(self)
+        # Every door gives the mode as a string; the stages compare members.
+        object.__setattr__(self, "mode", AutoKeepMode(self.mode))
 
 
 @dataclass(frozen=True)

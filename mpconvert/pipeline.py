@@ -36,21 +36,23 @@ import numpy as np
 from . import interrupts
 from .artifacts import Artifact, write_checked
 from .context import Context
-from .data import EvalData, evaluation_data
+from .data import DataSource, EvalData, evaluation_data
 from .errors import MpconvertError
 from .hooks import NO_HOOKS, Hooks
 from .kinds import Capability, ModelKind, Plan, open_model
 from .numerics.autokeep import AutoKeep, passes
 from .numerics.lint import Lint
 from .numerics.search import Goal
-from .options import PARITY_SAMPLES, ConvertOptions, ExportOptions, RewriteOptions, SaveOptions
+from .options import PARITY_SAMPLES, AutoKeepMode, ConvertOptions, ExportOptions, Metric, RewriteOptions, SaveOptions
 from .outdir import claimed_output, staged_output
 from .pad import PadPlan
 from .render.html import REPORT_HTML, write_report_page
 from .report import REPORT_NAME, Report, json_safe
 from .runners.onnx import OnnxRunner
+from .sections import Skipped, SpeedNotes, SpeedReport, Timings
 from .speed import (
     SPEED_BATCH,
+    PathSpeed,
     Speed,
     measure_onnx_speed,
     measure_speed,
@@ -102,7 +104,7 @@ class Converted:
 def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[Path, ...]:
     """The files a run reads (model, data file): outputs must leave them alone."""
     files = [options.load.path] if options.load.path else []
-    if data is not None and data.source == "npz" and data.path:
+    if data is not None and data.source is DataSource.NPZ and data.path:
         files.append(Path(data.path))
     elif isinstance(options.validate.data, (str, Path)) and Path(options.validate.data).exists():
         files.append(Path(options.validate.data))
@@ -114,8 +116,8 @@ def proof_rows(data: EvalData) -> list[np.ndarray]:
     return [x[:PARITY_SAMPLES] for x in data.validation.inputs]
 
 
-def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -> list[dict]:
-    """The stages these options would run that the model's kind cannot do: [{stage, reason}].
+def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -> tuple[Skipped, ...]:
+    """The stages these options would run that the model's kind cannot do, and why.
 
     A fine-tune asked for in so many steps is refused instead: the user
     asked for it by name.
@@ -126,7 +128,7 @@ def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -
         Capability.PAD: bool(options.pad.multiple),
         Capability.ACTIVATION_MEMORY: options.speed,
     }
-    return [{"stage": str(c), "reason": source.lacks[c]} for c, on in wanted.items() if on and not source.can(c)]
+    return tuple(Skipped(str(c), source.lacks[c]) for c, on in wanted.items() if on and not source.can(c))
 
 
 def _refuse_unable(source: ModelKind, options: ConvertOptions) -> None:
@@ -165,8 +167,8 @@ def inspect(options: ConvertOptions) -> Inspected:
     rewrite_options, found = options.rewrite, None
     with source.scope():
         data = evaluation_data(source.original, source.signature, source.tasks, options.validate, options.seed)
-        if options.auto_keep.mode != "off":
-            metrics = ("accuracy",) * len(source.tasks)
+        if options.auto_keep.mode is not AutoKeepMode.OFF:
+            metrics = (Metric.ACCURACY,) * len(source.tasks)
             context = Context(source.signature, source.tasks, metrics, data, options.precision)
             found, rewrite_options = source.lint(context, rewrite_options)
         if not options.pad.multiple or not source.can(Capability.PAD):
@@ -218,18 +220,16 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
 
     auto, rewrite_options = AutoKeep(options.auto_keep.mode, note=source.limits), options.rewrite
     with source.scope():
-        if auto.mode != "off":
+        if auto.mode is not AutoKeepMode.OFF:
             with clock.stage("lint"):
                 found, rewrite_options = source.lint(context, rewrite_options)
             auto = dataclasses.replace(auto, lint=found)
         candidate, tuning, validation = convert_with(rewrite_options)
-        if auto.mode == "search" and not passes(validation.as_dict(), thresholds):
+        if auto.mode is AutoKeepMode.SEARCH and not passes(validation, thresholds):
             with clock.stage("search"):
-                goal = Goal(
-                    lambda v: passes(v, thresholds), options.auto_keep.search_budget, reference, validation.as_dict()
-                )
+                goal = Goal(lambda v: passes(v, thresholds), options.auto_keep.search_budget, reference, validation)
                 searched, rewrite_options = source.search(context, candidate, rewrite_options, goal)
-            auto = dataclasses.replace(auto, search=searched)
+            auto = dataclasses.replace(auto, search=searched.section())
             if searched.validation is not None:
                 candidate, tuning, validation = convert_with(rewrite_options)
         model, padding = candidate.model, None
@@ -262,21 +262,17 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
     report = Report(
         policy=precision.name,
         source=source.describe(options.load.path),
-        layers=candidate.plan.as_dicts(),
-        fidelity=candidate.fidelity.as_dict() if candidate.fidelity else None,
-        validation=validation.as_dict(),
+        layers=candidate.plan.as_layers(),
+        fidelity=candidate.fidelity,
+        validation=validation,
         thresholds=thresholds,
-        finetune=tuning.as_dict() if tuning else None,
+        finetune=tuning,
         padding=padding.report if padding else None,
-        auto_keep=auto.as_dict(),
-        speed=(
-            {**speed.as_dict(), "warning": warning, "target_note": target_note(precision), "padding": padded_cost}
-            if speed
-            else None
-        ),
+        auto_keep=auto,
+        speed=SpeedReport(speed, SpeedNotes(warning, target_note(precision), padded_cost)) if speed else None,
         slow_kernel=slow[0] if slow else None,
         skipped=skipped_stages(source, options, data),
-        timings=clock.timings,
+        timings=Timings.of(clock.timings),
     )
     return Converted(model, candidate.plan, source, context, report, read_files(options, data), options.speed_batch)
 
@@ -291,9 +287,7 @@ def export(
     return write_checked(writers, expected, source.output_bytes(model, options.kinds))
 
 
-def bench_onnx(
-    source: ModelKind, converted: Path, inputs: list[np.ndarray], batch: int, opset: int
-) -> Any:  # speed.PathSpeed
+def bench_onnx(source: ModelKind, converted: Path, inputs: list[np.ndarray], batch: int, opset: int) -> PathSpeed:
     """The written ONNX file against a float32 ONNX export of the original (one more export, removed after)."""
     with tempfile.TemporaryDirectory(prefix="mpconvert-bench-onnx-") as tmp:
         baseline = source.onnx(source.original, Path(tmp) / "float32.onnx", opset)
@@ -320,7 +314,7 @@ def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) 
 
 
 def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
-    clock = _Clock(hooks, dict(converted.report.timings))
+    clock = _Clock(hooks, converted.report.timings.seconds())
     source, context = converted.source, converted.context
     inputs = list(context.data.validation.inputs)
     with source.scope(), staged_output(out) as staging, reported_at(staging, out):
@@ -328,14 +322,14 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
             artifacts = export(source, converted.model, inputs, staging, options.export)
         speed = converted.report.speed
         if options.export.bench_onnx and (staging / "model.onnx").is_file():
-            batch = speed["batch"] if speed else converted.speed_batch
+            batch = speed.measured.batch if speed else converted.speed_batch
             with clock.stage("bench-onnx"):
                 timing = bench_onnx(source, staging / "model.onnx", inputs, batch, options.export.opset)
-            rows = context.data.validation.rows
-            measured = Speed.from_dict(speed) if speed else Speed(probe_hardware().device, batch, rows)
-            speed = {**(speed or {}), **measured.with_path("onnx", timing).as_dict()}
+            # Without the speed stage, the ONNX file's timing is the section's only path (and it has no notes).
+            speed = speed or SpeedReport(Speed(probe_hardware().device, batch, context.data.validation.rows))
+            speed = speed.with_path("onnx", timing)
         report = dataclasses.replace(
-            converted.report, artifacts=[a.as_dict() for a in artifacts], timings=clock.timings, speed=speed
+            converted.report, artifacts=tuple(artifacts), timings=Timings.of(clock.timings), speed=speed
         )
         write_report(report, staging)
         for name, value in options.attachments:
@@ -345,7 +339,7 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
 
 def write_report(report: Report, folder: Path) -> Path:
     """report.json and, beside it, report.html (the same JSON form, rendered)."""
-    stored = report.as_dict()
+    stored = report.to_json()
     path = report.write_json(folder / REPORT_NAME, stored)
     write_report_page(stored, folder / REPORT_HTML)
     return path

@@ -1,25 +1,58 @@
 """The report: one object that owns the verdict and its JSON form (display is render.py's).
 
-The verdict is the gate's (gate.py), evaluated on the report's JSON form, so a
-report rebuilt from report.json (`mpconvert check`) is judged exactly like
-the run that wrote it. Exit codes live here so that every caller (CLI,
-tests, batch runs) agrees on them.
+Its sections are typed values (sections/) that the stages build; the
+verdict is the gate's (gate.py), evaluated on those sections. JSON appears
+only where a report is written (`to_json`, report.json) or read back
+(`from_json`: `mpconvert check`, `--baseline`), and a report read back is
+the report that was written, so a re-check judges exactly like the run.
+Exit codes live here so that every caller (CLI, tests, batch runs) agrees
+on them.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import platform
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from .gate import GateResult, evaluate
 from .schema import SCHEMA_VERSION
+from .sections import (
+    Artifact,
+    AutoKeep,
+    Fidelity,
+    Finetune,
+    Layer,
+    PaddingReport,
+    Skipped,
+    SlowKernel,
+    Source,
+    SpeedReport,
+    Timings,
+    Validation,
+    Versions,
+    native,
+    versions,
+)
+from .stored import stored_thresholds
 from .thresholds import Thresholds
 from .writing import write_text
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_GATE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "REPORT_NAME",
+    "Report",
+    "json_safe",
+    "mpconvert_version",
+    "versions",
+]
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the input or the conversion failed; nothing written
@@ -28,14 +61,9 @@ EXIT_GATE = 3  # converted (or re-checked), but a gate check failed
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report 128 + SIGINT; SIGTERM gives 143
 
 REPORT_NAME = "report.json"
-_DISTRIBUTIONS = {
-    "tensorflow": ("tensorflow", "tensorflow-cpu"),
-    "keras": ("keras",),
-    "tf_keras": ("tf-keras", "tf_keras"),
-    "tf2onnx": ("tf2onnx",),
-    "onnx": ("onnx",),
-    "onnxruntime": ("onnxruntime-gpu", "onnxruntime"),
-}
+
+# The JSON form of any value (NaN/inf as null); the name callers of earlier versions use.
+json_safe = native
 
 
 def mpconvert_version() -> str:
@@ -46,48 +74,29 @@ def mpconvert_version() -> str:
         return "0+unknown"
 
 
-def versions() -> dict[str, str | None]:
-    found: dict[str, str | None] = {"python": platform.python_version()}
-    for key, names in _DISTRIBUTIONS.items():
-        found[key] = None
-        for name in names:
-            try:
-                found[key] = metadata.version(name)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    return found
-
-
 @dataclass(frozen=True)
 class Report:
     policy: str
-    source: dict
-    layers: list[dict]
-    validation: dict
+    source: Source
+    layers: tuple[Layer, ...]
+    validation: Validation
     thresholds: Thresholds  # what the gate judges against
-    # The float32 rebuild of the plan against the original (rows, max_abs_diff, limit).
-    fidelity: dict | None = None
-    finetune: dict | None = None
-    padding: dict | None = None  # the padding stage's result; None when it did not run
-    auto_keep: dict | None = None  # what the lint and the search kept float32, and why
-    speed: dict | None = None  # the speed (and activation memory) the conversion bought here
-    slow_kernel: dict | None = None  # a broken 16-bit kernel found right after the rewrite, and what was done
-    # Stages the options would run that the model's kind cannot do: [{stage, reason}] (omitted when none).
-    skipped: list[dict] = field(default_factory=list)
-    artifacts: list[dict] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    versions: dict = field(default_factory=versions)
-
-    @classmethod
-    def from_dict(cls, stored: dict, thresholds: Thresholds) -> Report:
-        """A report read back from report.json; `passed` and `gate` are recomputed."""
-        known = {f.name for f in fields(cls)} - {"thresholds"}
-        return cls(**{k: v for k, v in stored.items() if k in known}, thresholds=thresholds)
+    # The float32 rebuild of the plan against the original.
+    fidelity: Fidelity | None = None
+    finetune: Finetune | None = None
+    padding: PaddingReport | None = None  # the padding stage's result; None when it did not run
+    auto_keep: AutoKeep | None = None  # what the lint and the search kept float32, and why
+    speed: SpeedReport | None = None  # the speed (and activation memory) the conversion bought here
+    slow_kernel: SlowKernel | None = None  # a broken 16-bit kernel found right after the rewrite, and what was done
+    # Stages the options would run that the model's kind cannot do (omitted from the JSON when none).
+    skipped: tuple[Skipped, ...] = ()
+    artifacts: tuple[Artifact, ...] = ()
+    timings: Timings = Timings()
+    versions: Versions = field(default_factory=Versions.installed)
 
     @property
     def gate(self) -> GateResult:
-        return evaluate(self._body(), self.thresholds)
+        return evaluate(self, self.thresholds)
 
     @property
     def passed(self) -> bool:
@@ -97,52 +106,72 @@ class Report:
     def exit_code(self) -> int:
         return EXIT_OK if self.passed else EXIT_GATE
 
-    def _body(self) -> dict:
-        # Judged and written in the same JSON-safe form, so `mpconvert check`
-        # on report.json gives the verdict the run gave.
-        return json_safe(
-            {
-                "policy": self.policy,
-                "source": self.source,
-                "layers": self.layers,
-                "fidelity": self.fidelity,
-                "finetune": self.finetune,
-                "validation": self.validation,
-                "padding": self.padding,
-                "auto_keep": self.auto_keep,
-                "speed": self.speed,
-                "slow_kernel": self.slow_kernel,
-                **({"skipped": self.skipped} if self.skipped else {}),
-                "artifacts": self.artifacts,
-                "versions": self.versions,
-                "timings": {k: round(v, 3) for k, v in self.timings.items()},
-            }
+    @property
+    def measured(self) -> dict[str, str]:
+        """What this report measured: each scored output's metric by name ({} without labels)."""
+        v = self.validation
+        if v.outputs:
+            return {o.name: o.metric for o in v.outputs if o.metric is not None}
+        if v.metric is None:
+            return {}
+        return {self.source.outputs[0].name if self.source.outputs else "output": v.metric}
+
+    def to_json(self) -> dict:
+        """report.json's content: the sections in their JSON form, with the gate's verdict."""
+        gate = self.gate
+        body = {
+            "policy": self.policy,
+            "source": self.source,
+            "layers": self.layers,
+            "fidelity": self.fidelity,
+            "finetune": self.finetune,
+            "validation": self.validation,
+            "padding": self.padding,
+            "auto_keep": self.auto_keep,
+            "speed": self.speed,
+            "slow_kernel": self.slow_kernel,
+            **({"skipped": self.skipped} if self.skipped else {}),
+            "artifacts": self.artifacts,
+            "versions": self.versions,
+            "timings": self.timings,
+        }
+        return {"schema_version": SCHEMA_VERSION, "passed": gate.passed, **native(body), "gate": gate.as_dict()}
+
+    # The name callers of earlier versions use.
+    as_dict = to_json
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any], thresholds: Thresholds | None = None) -> Report:
+        """A report read back from report.json (of any version this mpconvert reads); `passed` and `gate`
+        are recomputed, by `thresholds` or else the ones the report was judged by."""
+
+        def optional(section: Any, key: str) -> Any:
+            value = stored.get(key)
+            return None if value is None else section.from_json(value)
+
+        return cls(
+            policy=stored["policy"],
+            source=Source.from_json(stored["source"]),
+            layers=tuple(Layer.from_json(layer) for layer in stored["layers"]),
+            validation=Validation.from_json(stored["validation"]),
+            thresholds=stored_thresholds(stored) if thresholds is None else thresholds,
+            fidelity=optional(Fidelity, "fidelity"),
+            finetune=optional(Finetune, "finetune"),
+            padding=optional(PaddingReport, "padding"),
+            auto_keep=optional(AutoKeep, "auto_keep"),
+            speed=optional(SpeedReport, "speed"),
+            slow_kernel=optional(SlowKernel, "slow_kernel"),
+            skipped=tuple(Skipped.from_json(s) for s in stored.get("skipped") or ()),
+            artifacts=tuple(Artifact.from_json(a) for a in stored["artifacts"]),
+            timings=Timings.from_json(stored.get("timings") or {}),
+            # A report from before the versions were stored: this mpconvert's, as before.
+            **({"versions": Versions.from_json(stored["versions"])} if "versions" in stored else {}),
         )
 
-    def as_dict(self) -> dict:
-        gate = self.gate
-        return {"schema_version": SCHEMA_VERSION, "passed": gate.passed, **self._body(), "gate": gate.as_dict()}
-
     def write_json(self, path: Path, stored: dict | None = None) -> Path:
-        """report.json at `path` (`stored`: this report's `as_dict()`, when the caller has it already)."""
+        """report.json at `path` (`stored`: this report's `to_json()`, when the caller has it already)."""
         # allow_nan=False: a NaN in the report would make it invalid JSON for
-        # every strict parser a CI system uses; `json_safe` made them null.
-        text = json.dumps(stored or self.as_dict(), indent=2, allow_nan=False) + "\n"
+        # every strict parser a CI system uses; `native` made them null.
+        text = json.dumps(stored or self.to_json(), indent=2, allow_nan=False) + "\n"
         write_text(path, text, "the report")
         return path
-
-
-def json_safe(value: Any) -> Any:
-    """`value` with every NaN/inf float replaced by None (JSON null).
-
-    Stages store None for what is not finite and say so in a note (the
-    validation names the output and the count); this is the net under
-    them, so that a NaN can fail a check but never the report itself.
-    """
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value

@@ -41,6 +41,7 @@ from .formats import INPUT_LAYER
 from .frameworks import Framework
 from .options import RewriteOptions
 from .precision import SIXTEEN_BIT
+from .sections import Layer
 from .state import copy_model_state
 
 MODEL_CLASSES = ("Functional", "Sequential", "Model")
@@ -64,9 +65,6 @@ class LayerDecision:
     class_name: str
     policy: str | None  # None for plain operations, which have no policy
     pinned: str | None  # why the layer stays float32, None if converted
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "class_name": self.class_name, "policy": self.policy, "pinned": self.pinned}
 
 
 @dataclass(frozen=True)
@@ -93,8 +91,9 @@ class Plan:
     def mixed(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.decisions if d.policy == self.policy)
 
-    def as_dicts(self) -> list[dict]:
-        return [d.as_dict() for d in self.decisions]
+    def as_layers(self) -> tuple[Layer, ...]:
+        """As the report's `layers` lists them."""
+        return tuple(Layer(d.name, d.class_name, d.policy, d.pinned) for d in self.decisions)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,14 @@ class TensorSpec:
         dims = ", ".join("n" if i == 0 else ("?" if d is None else str(d)) for i, d in enumerate(self.shape))
         return f"({dims}) {self.dtype}"
 
+    def to_json(self) -> dict:
+        """As the report's `source` lists inputs and outputs."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, stored: dict) -> TensorSpec:
+        return cls(stored["name"], tuple(stored["shape"]), stored["dtype"])
+
 
 @dataclass(frozen=True)
 class Signature:

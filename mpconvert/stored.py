@@ -8,12 +8,15 @@ know, is refused with a message naming the file.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .errors import MpconvertError
 from .options import DEFAULT_MAX_DROP
 from .precision import POLICIES
 from .schema import check_version
+from .sections import Validation
 from .thresholds import Baseline, Thresholds
 
 # What makes a JSON file an mpconvert report: the keys the gate reads.
@@ -57,28 +60,17 @@ def read_report(path: Path, role: str = "report") -> dict:
     return report
 
 
-def measured_of(report: dict) -> dict[str, str]:
-    """What a report measured: each scored output's metric by name ({} without labels)."""
-    v = report["validation"]
-    if v.get("outputs"):
-        return {o["name"]: o["metric"] for o in v["outputs"] if o["metric"] is not None}
-    if v["metric"] is None:
-        return {}
-    outputs = report.get("source", {}).get("outputs") or [{"name": "output"}]
-    return {outputs[0]["name"]: v["metric"]}
-
-
-def load_baseline(path: Path, measured: dict[str, str] | str | None) -> Baseline:
+def load_baseline(path: Path, measured: Mapping[str, str] | str | None) -> Baseline:
     """An earlier run's numbers, refused unless they measure what this run measures.
 
     `measured` is this run's metric per labelled output. With several
     outputs each is compared with the baseline's output of the same name.
     """
-    if not isinstance(measured, dict):  # one output's metric, or None
+    if not isinstance(measured, Mapping):  # one output's metric, or None
         measured = {"output": measured} if measured else {}
     report = read_report(path, "baseline")
-    v = report["validation"]
-    if v["metric"] is None or v["converted"] is None:
+    v = Validation.from_json(report["validation"])
+    if v.metric is None or v.converted is None:
         raise MpconvertError(
             f"baseline {path} measured no metric (that run had no labelled --data)",
             hint="use as baseline a run with --data, like this one",
@@ -88,12 +80,13 @@ def load_baseline(path: Path, measured: dict[str, str] | str | None) -> Baseline
             "--baseline compares metrics, but this run measures none (no labelled data)",
             hint="pass --data with labels, as the baseline run did",
         )
+    # Metrics as report.json spells them: the baseline is stored in this run's report.
     outputs = {
-        o["name"]: {"metric": o["metric"], "converted": o["converted"]}
-        for o in v.get("outputs") or []
-        if o["metric"] is not None and o["converted"] is not None
+        o.name: {"metric": str(o.metric), "converted": o.converted}
+        for o in v.outputs or ()
+        if o.metric is not None and o.converted is not None
     }
-    before = outputs or {name: {"metric": v["metric"]} for name in list(measured)[:1]}
+    before = outputs or {name: {"metric": str(v.metric)} for name in list(measured)[:1]}
     for name, metric in measured.items():
         old = before.get(name, {}).get("metric")
         if old is not None and old != metric:
@@ -103,10 +96,10 @@ def load_baseline(path: Path, measured: dict[str, str] | str | None) -> Baseline
                 hint=f"compare runs that measure the same metric (--metric {old} on both)",
             )
     model = report["source"].get("path", "")
-    return Baseline(str(path), v["metric"], v["converted"], report["policy"], model, outputs or None)
+    return Baseline(str(path), str(v.metric), v.converted, report["policy"], model, outputs or None)
 
 
-def stored_thresholds(report: dict) -> Thresholds:
+def stored_thresholds(report: Mapping[str, Any]) -> Thresholds:
     """The thresholds a stored report was judged by.
 
     A report without a gate section gets its policy's defaults and the budget

@@ -14,13 +14,14 @@ squared error.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .data import Split, Task
+from .data import DataSource, Overlap, Split, Task, TaskKind
 from .errors import MpconvertError
+from .options import Metric
+from .sections import OutputValidation, Validation
 from .stored import load_baseline
 from .thresholds import Thresholds
 
@@ -32,38 +33,6 @@ if TYPE_CHECKING:
 GATE_EPSILON = 1e-9
 
 
-@dataclass(frozen=True)
-class Validation:
-    """The measurements; the verdict on them is the gate's alone."""
-
-    metric: str | None
-    reference: float | None
-    converted: float | None
-    drop: float | None
-    agreement: float | None  # over the decisive rows (not near-ties)
-    max_abs_diff: float | None
-    data: str  # "npz", "callable", "arrays" or "generated" (data.EvalData.source)
-    rows: int
-    nonfinite_outputs: int
-    nonfinite_by_output: dict[str, int] | None = None  # output name -> NaN/inf values, where any
-    note: str | None = None
-    agreement_rows: int | None = None  # rows decisive enough to count for agreement
-    # With labels (classifiers), over the same decisive rows: what the gate
-    # judges. None without labels, where agreement is judged instead.
-    harmed: int | None = None  # the float32 model got right, the converted model gets wrong
-    fixed: int | None = None  # the float32 model got wrong, the converted model gets right
-    kept_correct: float | None = None  # share of the kept_correct_rows still right; None when there are none
-    kept_correct_rows: int | None = None  # decisive rows the float32 model got right
-    # A model with several outputs: each output's measurements (the fields
-    # above are the primary output's: the first with labels). None for one output.
-    outputs: list[dict] | None = None
-    # Validation rows that also appear in the training split (data.overlap_of); None without one.
-    overlap: dict | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 def within(value: float, limit: float) -> bool:
     # The slack lets a value exactly at its limit pass despite binary
     # rounding (0.96 - 0.95 is 0.010000000000000009).
@@ -72,10 +41,11 @@ def within(value: float, limit: float) -> bool:
 
 def worse_by(metric: str, before: float, after: float) -> float:
     """How much worse `after` is than `before`: accuracy falls, mse rises."""
-    return before - after if metric == "accuracy" else after - before
+    # ==, not is: a baseline's metric is the string its report.json holds.
+    return before - after if metric == Metric.ACCURACY else after - before
 
 
-def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None = None) -> str:
+def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None = None) -> Metric:
     """--metric, else what the output and its checked labels call for.
 
     A sigmoid output whose targets are in [0, 1] but not all 0/1 (an
@@ -84,13 +54,14 @@ def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None =
     """
     scored = task.scored_by(labels)
     if requested is None:
-        return "mse" if scored.kind == "regression" else "accuracy"
-    if requested == "accuracy" and task.kind == "regression":
+        return Metric.MSE if scored.kind is TaskKind.REGRESSION else Metric.ACCURACY
+    requested = Metric(requested)
+    if requested is Metric.ACCURACY and task.kind is TaskKind.REGRESSION:
         raise MpconvertError(
             f"--metric accuracy needs a softmax or sigmoid output, but output {task.output.name!r} is neither",
             hint="use --metric mse for this model",
         )
-    if requested == "accuracy" and scored.kind == "regression":
+    if requested is Metric.ACCURACY and scored.kind is TaskKind.REGRESSION:
         raise MpconvertError(
             f"--metric accuracy needs 0/1 labels or class ids, but the labels of sigmoid output "
             f"{task.output.name!r} are targets in [0, 1] that are not all 0 or 1",
@@ -101,7 +72,7 @@ def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None =
 
 def choose_metrics(
     requested: tuple[tuple[str | None, str], ...], tasks: tuple[Task, ...], labels: tuple
-) -> tuple[str, ...]:
+) -> tuple[Metric, ...]:
     """Each output's metric: the last --metric naming it (or every output), else what its task calls for."""
     chosen = []
     for task, y in zip(tasks, labels):
@@ -114,7 +85,7 @@ def choose_metrics(
 
 
 def class_predictions(task: Task, output: np.ndarray) -> np.ndarray:
-    if task.kind == "softmax":
+    if task.kind is TaskKind.SOFTMAX:
         return output.reshape(len(output), -1).argmax(axis=1)
     return (output > 0.5).reshape(len(output), -1)
 
@@ -123,7 +94,7 @@ def hits(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Which predictions match the labels: one per row (softmax: argmax is
     the class id), or one per unit (sigmoid: the 0.5 threshold is the 0/1 label)."""
     predicted = class_predictions(task, output)
-    if task.kind == "softmax":
+    if task.kind is TaskKind.SOFTMAX:
         return predicted == labels
     return predicted == (labels.reshape(predicted.shape) > 0.5)
 
@@ -136,8 +107,8 @@ def right_rows(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray
 
 def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray) -> float:
     task = task.scored_by(labels)
-    if metric == "mse":
-        if task.kind == "softmax":  # class ids against one score per class: one-hot targets
+    if metric == Metric.MSE:
+        if task.kind is TaskKind.SOFTMAX:  # class ids against one score per class: one-hot targets
             labels = np.eye(output.shape[-1])[labels]
         return float(np.mean((output.reshape(labels.shape).astype(np.float64) - labels) ** 2))
     return float(np.mean(hits(task, output, labels)))
@@ -157,7 +128,7 @@ def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
 def decisive_rows(task: Task, output: np.ndarray, resolution: float) -> np.ndarray:
     """Rows whose predicted class is clear by more than `resolution`."""
     rows = output.reshape(len(output), -1).astype(np.float64)
-    if task.kind == "softmax":
+    if task.kind is TaskKind.SOFTMAX:
         if rows.shape[1] < 2:
             return np.ones(len(rows), dtype=bool)
         top2 = np.sort(rows, axis=1)[:, -2:]
@@ -172,7 +143,7 @@ def compare_output(
     task: Task,
     metric: str,
     resolution: float = 0.0,
-) -> dict:
+) -> OutputValidation:
     """One output's measurements: its metric with labels, its agreement and harm for a classifier, its drift.
 
     `resolution` is the 16-bit format's spacing at 1.0: a prediction whose
@@ -183,19 +154,17 @@ def compare_output(
     which of the rows the float32 model got right the converted model
     still gets right (`kept_correct`), and how many it `harmed` and `fixed`.
     """
-    name = task.output.name
+    name, metric = task.output.name, Metric(metric)
     nonfinite = int(np.count_nonzero(~np.isfinite(converted)))
-    found: dict[str, Any] = dict.fromkeys(
-        ("agreement", "agreement_rows", "harmed", "fixed", "kept_correct", "kept_correct_rows", "note")
-    )
+    found: dict[str, Any] = {}
     scored = task.scored_by(labels)
-    if task.kind == "sigmoid" and scored.kind == "regression":
+    if task.kind is TaskKind.SIGMOID and scored.kind is TaskKind.REGRESSION:
         found["note"] = (
             f"the targets of sigmoid output {name!r} are in [0, 1] but not all 0/1 (reconstructions "
             f"or probabilities): scored by {metric}, with no agreement check (there is no class to agree on)"
         )
     task = scored  # class ids on a sigmoid output: argmax, like a softmax
-    if task.kind != "regression":
+    if task.kind is not TaskKind.REGRESSION:
         same = class_predictions(task, reference) == class_predictions(task, converted)
         same = same.reshape(len(same), -1).all(axis=1)
         decisive = decisive_rows(task, reference, resolution)
@@ -213,17 +182,17 @@ def compare_output(
         ref_value = _finite(metric_value(metric, task, reference, labels))
         conv_value = _finite(metric_value(metric, task, converted, labels))
         drop = worse_by(metric, ref_value, conv_value) if None not in (ref_value, conv_value) else None
-    return {
-        "name": name,
-        "metric": metric if labels is not None else None,
-        "reference": ref_value,
-        "converted": conv_value,
-        "drop": drop,
-        "max_abs_diff": max_abs_diff([reference], [converted]),
-        "rows": len(reference),
-        "nonfinite_outputs": nonfinite,
+    return OutputValidation(
+        name=name,
+        metric=metric if labels is not None else None,
+        reference=ref_value,
+        converted=conv_value,
+        drop=drop,
+        max_abs_diff=max_abs_diff([reference], [converted]),
+        rows=len(reference),
+        nonfinite_outputs=nonfinite,
         **found,
-    }
+    )
 
 
 def compare(
@@ -234,7 +203,7 @@ def compare(
     metrics: tuple[str, ...] | str,
     source: str,
     resolution: float = 0.0,
-    overlap: dict | None = None,
+    overlap: Overlap | None = None,
 ) -> Validation:
     """Compare every output on one split (`compare_output`); the top-level fields are the primary output's."""
     tasks = (tasks,) if isinstance(tasks, Task) else tasks
@@ -243,11 +212,11 @@ def compare(
         compare_output(ref, conv, labels, task, metric, resolution)
         for ref, conv, labels, task, metric in zip(reference, converted, split.labels, tasks, metrics)
     ]
-    labelled = [o for o in outputs if o["metric"] is not None]
+    labelled = [o for o in outputs if o.metric is not None]
     primary = labelled[0] if labelled else outputs[0]
-    nonfinite = sum(o["nonfinite_outputs"] for o in outputs)
-    by_output = {o["name"]: o["nonfinite_outputs"] for o in outputs if o["nonfinite_outputs"]}
-    note = primary["note"]
+    nonfinite = sum(o.nonfinite_outputs for o in outputs)
+    by_output = {o.name: o.nonfinite_outputs for o in outputs if o.nonfinite_outputs}
+    note = primary.note
     if not split.labelled:
         note = "no labelled data: the metric was not measured, only the output drift on generated inputs"
     if nonfinite:
@@ -256,24 +225,30 @@ def compare(
             f"the converted model produced {nonfinite} NaN/inf output value(s) ({where}): activations overflow "
             "16 bits; try mixed_bfloat16 or --keep-float32 on the overflowing layers"
         )
-    fields = ("metric", "reference", "converted", "drop", "agreement", "agreement_rows")
-    harm = ("harmed", "fixed", "kept_correct", "kept_correct_rows")
     return Validation(
-        **{key: primary[key] for key in fields},
+        metric=primary.metric,
+        reference=primary.reference,
+        converted=primary.converted,
+        drop=primary.drop,
+        agreement=primary.agreement,
+        agreement_rows=primary.agreement_rows,
         max_abs_diff=max_abs_diff(reference, converted),
-        data=source,
+        data=DataSource(source),
         rows=split.rows,
         nonfinite_outputs=nonfinite,
         nonfinite_by_output=by_output or None,
         note=note,
-        **{key: primary[key] for key in harm},
-        outputs=outputs if len(outputs) > 1 else None,
+        harmed=primary.harmed,
+        fixed=primary.fixed,
+        kept_correct=primary.kept_correct,
+        kept_correct_rows=primary.kept_correct_rows,
+        outputs=tuple(outputs) if len(outputs) > 1 else None,
         overlap=overlap,
     )
 
 
 def harm_counts(reference_right: np.ndarray, converted_right: np.ndarray) -> dict[str, Any]:
-    """Validation's harm fields from which rows each model got right."""
+    """The harm fields (OutputValidation's keywords) from which rows each model got right."""
     kept_correct_rows = int(reference_right.sum())
     still_right = int((reference_right & converted_right).sum())
     return {
@@ -302,7 +277,7 @@ def judge(context: Context, reference: list[np.ndarray], converted: list[np.ndar
     )
 
 
-def judging(options: Any, tasks: tuple[Task, ...], data: Any) -> tuple[tuple[str, ...], Thresholds]:
+def judging(options: Any, tasks: tuple[Task, ...], data: Any) -> tuple[tuple[Metric, ...], Thresholds]:
     """(each output's metric, the thresholds the gate judges by), for a ConvertOptions and the run's data.
 
     Resolved before any conversion work, so that a bad --baseline or an

@@ -95,8 +95,11 @@ def write(path: Path, content) -> Path:
     return path
 
 
+def typed(report: dict, th: Thresholds | None = None) -> Report:
+    """A hand-written report as the gate judges it: its typed sections, judged by `th` (default: its policy's)."""
+    return Report.from_json(report, th or Thresholds.defaults(report["policy"], report["validation"]["max_drop"]))
+
+
 def stored(report: dict, th: Thresholds | None = None) -> dict:
     """The report as report.json holds it, judged by `th` (default: its policy's)."""
-    return Report.from_dict(
-        report, th or Thresholds.defaults(report["policy"], report["validation"]["max_drop"])
-    ).as_dict()
+    return typed(report, th).to_json()

@@ -14,7 +14,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import pytest
 from conftest import SAMPLES, invoke
 from junitparser import Failure, JUnitXml
-from reports import make_report, stored, thresholds, write
+from reports import make_report, stored, thresholds, typed, write
 
 from mpconvert.errors import MpconvertError
 from mpconvert.gate import evaluate
@@ -26,14 +26,15 @@ from mpconvert.thresholds import Baseline, Thresholds
 
 
 def checks_of(report, th=None) -> dict:
-    return {c.name: c for c in evaluate(report, th or thresholds()).checks}
+    th = th or thresholds()
+    return {c.name: c for c in evaluate(typed(report, th), th).checks}
 
 
 # --- the checks, by hand ------------------------------------------------------
 
 
 def test_every_check_is_listed_with_its_numbers():
-    result = evaluate(make_report(), thresholds())
+    result = evaluate(typed(make_report(), thresholds()), thresholds())
     names = [c.name for c in result.checks]
     assert names == [
         "policy rewrite",
@@ -255,7 +256,7 @@ def test_every_failure_is_listed_not_only_the_first():
         "problem": "the loss scale collapsed to 1",
         "advice": "--keep-float32 on a layer",
     }
-    result = evaluate(report, thresholds())
+    result = evaluate(typed(report, thresholds()), thresholds())
     assert [c.name for c in result.failed] == [
         "fine-tune health",
         "accuracy gate",
@@ -339,7 +340,7 @@ def test_a_report_round_trips_through_json_with_its_verdict():
     again = json.loads(json.dumps(written, allow_nan=False))
     assert again["passed"] is True and again["gate"]["passed"] is True
     assert stored_thresholds(again) == thresholds(max_drop=0.02)
-    report = Report.from_dict(again, stored_thresholds(again))
+    report = Report.from_json(again, stored_thresholds(again))
     assert report.exit_code == 0 and report.as_dict() == written
 
 

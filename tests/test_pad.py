@@ -48,7 +48,7 @@ def test_every_unfriendly_dimension_is_padded_and_the_function_is_unchanged(fw, 
     K, framework = FRAMEWORKS[fw]
     model = with_batchnorm_statistics(tiny_models.unfriendly(K))
     converted, result, inputs = convert_and_pad(model, framework, policy)
-    report = result.report
+    report = result.report.to_json()
     assert [(d["layer"], d["dim"], d["from"], d["to"]) for d in report["padded"]] == [
         ("conv30", "filters", 30, 32),
         ("dense100", "units", 100, 104),
@@ -98,7 +98,7 @@ def test_padded_weight_dimensions_in_the_onnx_graph_are_multiples_of_8(tmp_path)
 def test_a_layernorm_after_dense100_is_skipped_with_its_reason(fw):
     K, framework = FRAMEWORKS[fw]
     _, result, _ = convert_and_pad(tiny_models.layernorm_after_dense(K), framework)
-    assert result.report["skipped"] == [
+    assert result.report.to_json()["skipped"] == [
         {
             "layer": "dense100",
             "dim": "units",
@@ -119,11 +119,11 @@ def test_the_overhead_budget_takes_the_cheapest_paddings_first():
     # Costs by hand (multiply-adds): features +200, dense100 +376,
     # conv30 +1472, head +2880 over 31480; a 5% budget fits the first two.
     _, result, _ = convert_and_pad(tiny_models.unfriendly(keras), KERAS3, max_overhead=0.05)
-    assert [d["layer"] for d in result.report["padded"]] == ["dense100", "features"]
-    reasons = {s["layer"]: s["reason"] for s in result.report["skipped"]}
+    assert [d["layer"] for d in result.report.to_json()["padded"]] == ["dense100", "features"]
+    reasons = {s["layer"]: s["reason"] for s in result.report.to_json()["skipped"]}
     assert set(reasons) == {"conv30", "predictions_linear"}
     assert all("--max-pad-overhead 0.05" in r for r in reasons.values())
-    assert result.report["flops_overhead"] <= 0.05
+    assert result.report.to_json()["flops_overhead"] <= 0.05
 
 
 def test_residual_branches_are_padded_together_or_not_at_all():
@@ -134,9 +134,9 @@ def test_residual_branches_are_padded_together_or_not_at_all():
     s = keras.layers.GlobalAveragePooling2D(name="gap")(s)
     out = keras.layers.Dense(1, name="value")(s)
     _, result, _ = convert_and_pad(keras.Model(x, out), KERAS3)
-    padded = {d["layer"]: d["to"] for d in result.report["padded"]}
+    padded = {d["layer"]: d["to"] for d in result.report.to_json()["padded"]}
     assert padded == {"a": 32, "b": 32}
-    assert result.report["float32_max_abs_diff"] <= 1e-6
+    assert result.report.to_json()["float32_max_abs_diff"] <= 1e-6
 
 
 @pytest.mark.parametrize("reloaded", [False, True])
@@ -163,12 +163,12 @@ def test_a_sequential_model_pads_like_its_functional_twin(tmp_path, reloaded):
 
 def test_other_multiples_round_up_to_that_multiple():
     _, result, _ = convert_and_pad(tiny_models.unfriendly(keras), KERAS3, multiple=16, max_overhead=1.0)
-    assert {(d["layer"], d["to"]) for d in result.report["padded"]} == {
+    assert {(d["layer"], d["to"]) for d in result.report.to_json()["padded"]} == {
         ("conv30", 32),
         ("dense100", 112),
         ("features", 32),
     }
-    assert result.report["skipped"] == [
+    assert result.report.to_json()["skipped"] == [
         {
             "layer": "predictions_linear",
             "dim": "units",
@@ -176,14 +176,14 @@ def test_other_multiples_round_up_to_that_multiple():
             "reason": "narrower than the multiple (10 < 16); padding would not pay",
         }
     ]
-    assert result.report["float32_max_abs_diff"] <= 1e-6
+    assert result.report.to_json()["float32_max_abs_diff"] <= 1e-6
 
 
 @pytest.mark.parametrize("name", ["MobileNetV2", "EfficientNetB0"])
 def test_keras_applications_pad_and_keep_their_function(name):
     model = getattr(keras.applications, name)(weights=None, input_shape=(32, 32, 3), classes=10)
     _, result, _ = convert_and_pad(model, KERAS3)
-    report = result.report
+    report = result.report.to_json()
     assert report["passed"] and report["exported"] == "padded"
     assert ("predictions_linear", 16) in {(d["layer"], d["to"]) for d in report["padded"]}
     assert report["float32_max_abs_diff"] <= 1e-6

@@ -27,6 +27,7 @@ from mpconvert.gate import _padding
 from mpconvert.onnx.repairs import insert_float32_islands
 from mpconvert.options import PadOptions
 from mpconvert.pad import plan_padding
+from mpconvert.sections import PaddingReport
 
 VOCAB, STEPS = 40, 10
 
@@ -143,13 +144,15 @@ def test_gate_passes_a_rejected_padding_that_was_not_exported():
         "exported": "unpadded",
         "reason": "padding changed the outputs: float32 outputs differ by 0.0168 (> 1e-06)",
     }
-    check = _padding(padding)
+    check = _padding(PaddingReport.from_json(padding))
     assert check.passed
     assert check.message == (
         "padding rejected by its proof and not used: padding changed the outputs: float32 outputs differ by 0.0168 "
         "(> 1e-06); the unpadded model was exported (max abs diff 0.0168)"
     )
-    assert not _padding({**padding, "exported": "padded"}).passed  # a rejected padding that shipped fails
+    assert not _padding(
+        PaddingReport.from_json({**padding, "exported": "padded"})
+    ).passed  # a rejected padding that shipped fails
 
 
 def test_constant_of_shape_in_a_loop_body_computes_in_float32():

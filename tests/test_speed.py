@@ -18,7 +18,7 @@ import pytest
 import tiny_models
 from click.testing import CliRunner
 from junitparser import JUnitXml
-from reports import make_report, stored, thresholds, write
+from reports import make_report, stored, thresholds, typed, write
 
 from mpconvert import doctor
 from mpconvert.cli import cli
@@ -463,7 +463,8 @@ def speed_checks(speed, min_speedup):
     report = make_report(validation={"drop": 0.0})
     if speed is not None:
         report["speed"] = speed
-    return {c.name: c for c in evaluate(report, thresholds(min_speedup=min_speedup)).checks}
+    th = thresholds(min_speedup=min_speedup)
+    return {c.name: c for c in evaluate(typed(report, th), th).checks}
 
 
 @pytest.mark.parametrize(
@@ -510,7 +511,7 @@ def test_old_thresholds_load_and_the_option_overrides_them():
 
 def test_the_speed_check_is_a_junit_case_and_a_markdown_row(tmp_path):
     report = make_report(validation={"drop": 0.0}, speed=SPEED_SECTION)
-    gate = evaluate(report, thresholds(min_speedup=2.0))
+    gate = evaluate(typed(report, thresholds(min_speedup=2.0)), thresholds(min_speedup=2.0))
     judged = {**report, "passed": gate.passed, "gate": gate.as_dict()}
     write_junit(judged, tmp_path / "junit.xml")
     (suite,) = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
@@ -536,7 +537,7 @@ def test_the_summary_line_for_speed_and_memory(capsys):
         "speed (CPU, batch 256): keras 0.50x, savedmodel 0.50x float32's speed (slower); onnx not timed"
     )
     assert speed_line(make_report()) is None
-    gate = evaluate(report, thresholds())
+    gate = evaluate(typed(report, thresholds()), thresholds())
     render_summary({**report, "passed": gate.passed, "gate": gate.as_dict()})
     assert "speed (CPU, batch 256): keras 1.20x" in capsys.readouterr().out
 

@@ -6,7 +6,7 @@ import pytest
 from mpconvert.data import Split, Task
 from mpconvert.gate import check_accuracy, check_agreement
 from mpconvert.signature import TensorSpec
-from mpconvert.validate import compare
+from mpconvert.validate import Validation, compare
 
 SOFTMAX = Task("softmax", TensorSpec("p", (None, 3), "float32"))
 REGRESSION = Task("regression", TensorSpec("v", (None, 1), "float32"))
@@ -22,7 +22,7 @@ def gate(reference, converted, labels, max_drop, task=SOFTMAX, metric="accuracy"
     rows = len(reference)
     split = Split((np.zeros((rows, 2), np.float32),), None if labels is None else np.asarray(labels))
     v = compare([reference], [converted], split, task, metric, "npz" if labels is not None else "generated")
-    return Judged(v, check_accuracy(v.as_dict(), max_drop).passed, check_agreement(v.as_dict(), min_agreement))
+    return Judged(v, check_accuracy(v, max_drop).passed, check_agreement(v, min_agreement))
 
 
 class Judged:
@@ -83,7 +83,7 @@ def test_near_ties_at_16_bit_resolution_are_left_out_of_the_agreement():
     # The float32 model is right on all four, the converted one not on the
     # ties: rounding, so nothing counts as harmed either.
     assert (v.harmed, v.fixed, v.kept_correct, v.kept_correct_rows) == (0, 0, 1.0, 2)
-    assert check_agreement(v.as_dict(), 0.95).message == (
+    assert check_agreement(v, 0.95).message == (
         "kept 100.00% of the 2 rows the float32 model got right (0 harmed, 0 fixed; 2 near-ties left out) >= min 95.00%"
     )
     # without the resolution, both ties count as disagreements, and as harm
@@ -132,7 +132,7 @@ def test_a_conversion_that_only_fixes_predictions_passes():
     old_format = {
         k: val for k, val in v.__dict__.items() if k not in ("harmed", "fixed", "kept_correct", "kept_correct_rows")
     }
-    assert not check_agreement(old_format, 0.95).passed
+    assert not check_agreement(Validation.from_json(old_format), 0.95).passed
 
 
 @pytest.mark.parametrize("min_agreement,passed", [(0.95, False), (0.90, True)])
@@ -172,7 +172,7 @@ def test_without_labels_the_check_is_agreement_with_the_original():
     assert (v.harmed, v.fixed, v.kept_correct, v.kept_correct_rows) == (None, None, None, None)
     assert v.agreement_check.passed
     assert v.agreement_check.message == "predictions agree on 95.00% of 20 rows >= min 95.00%"
-    assert not check_agreement(v.__dict__, 0.951).passed
+    assert not check_agreement(Validation.from_json(v.__dict__), 0.951).passed
 
 
 def test_a_regression_model_has_no_agreement_check():

@@ -14,6 +14,7 @@ from ..errors import MpconvertError
 from ..gate import layer_counts
 from ..report import EXIT_FAILED, EXIT_GATE, EXIT_OK
 from ..schema import SCHEMA_VERSION, check_version
+from ..sections import Layer
 from ..validate import within, worse_by
 from ..writing import replace_atomically
 
@@ -48,7 +49,7 @@ def entry(job: Any, key: str, report: dict, status: str, message: str, seconds: 
     """A converted job's entry, its numbers taken from its report.json."""
     item = _base(job, key, status, message, seconds)
     v = report["validation"]
-    share = layer_counts(report).kept_share
+    share = layer_counts(report["policy"], [Layer.from_json(layer) for layer in report["layers"]]).kept_share
     onnx = next((a for a in report["artifacts"] if a["kind"] == "onnx" and not a.get("failed")), None)
     parameters = report["source"].get("parameters")
     item.update(

@@ -116,7 +116,7 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
             hooks = dataclasses.replace(display.hooks(), may_restart=restart_allowed())
             report, written = convert_and_save(options, save, hooks)
-        outputs.emit(report.as_dict(), written / REPORT_NAME)
+        outputs.emit(report.to_json(), written / REPORT_NAME)
         return report.exit_code
 
     sys.exit(run_action(debug, action))
@@ -185,11 +185,12 @@ def check_command(report_file, junit, summary, as_json, html, quiet, debug, **th
         from ..stored import read_report
 
         report = recheck(read_report(report_file), gate_options(**thresholds))
+        stored = report.to_json()
         if html:
             from ..render.html import write_report_page
 
-            write_report_page(report.as_dict(), html)
-        outputs.emit(report.as_dict(), report_file)
+            write_report_page(stored, html)
+        outputs.emit(stored, report_file)
         return report.exit_code
 
     sys.exit(run_action(debug, action))

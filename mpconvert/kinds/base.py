@@ -34,6 +34,7 @@ from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan
 from ..precision import Precision
 from ..runners.base import Runner
+from ..sections import Layer, Source
 from ..signature import Signature
 
 
@@ -56,12 +57,12 @@ class Decision(Protocol):
 
 
 class Plan(Protocol):
-    """Every unit's decision, as the report's `layers` lists them."""
+    """Every unit's decision; `as_layers` gives them as the report's `layers`."""
 
     @property
     def decisions(self) -> tuple[Any, ...]: ...
 
-    def as_dicts(self) -> list[dict]: ...
+    def as_layers(self) -> tuple[Layer, ...]: ...
 
 
 class Candidate(Protocol):
@@ -97,7 +98,7 @@ class ModelKind(ABC):
         return capability not in self.lacks
 
     @abstractmethod
-    def describe(self, path: Path | None) -> dict:
+    def describe(self, path: Path | None) -> Source:
         """The report's `source`: where the model came from, what read it, its inputs and outputs."""
 
     def scope(self) -> contextlib.AbstractContextManager[None]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, savedmodel_parity
 from ..context import Context
-from ..data import Task
+from ..data import Task, TaskKind
 from ..errors import MpconvertError
 from ..fidelity import Fidelity, limit_for
 from ..formats import ModelFormat
@@ -34,9 +34,10 @@ from ..frozen.search import search_nodes
 from ..numerics.autokeep import search_reason
 from ..numerics.lint import OVERFLOW_MARGIN, Finding, Lint
 from ..numerics.search import Goal, Search
-from ..options import LINT_ROWS, PARITY_SAMPLES, ExportOptions, RewriteOptions
+from ..options import LINT_ROWS, PARITY_SAMPLES, ArtifactKind, ExportOptions, RewriteOptions
 from ..precision import Precision
 from ..runners.graphdef import GraphDefRunner
+from ..sections import Layer, Source
 from ..validate import max_abs_diff
 from .base import Capability, ModelKind
 
@@ -52,16 +53,10 @@ class GraphPlan:
     decisions: tuple[NodeDecision, ...]  # one per compute node
     policy: str
 
-    def as_dicts(self) -> list[dict]:
-        return [
-            {
-                "name": d.name,
-                "class_name": d.class_name,
-                "policy": self.policy if d.policy else "float32",
-                "pinned": d.pinned,
-            }
-            for d in self.decisions
-        ]
+    def as_layers(self) -> tuple[Layer, ...]:
+        return tuple(
+            Layer(d.name, d.class_name, self.policy if d.policy else "float32", d.pinned) for d in self.decisions
+        )
 
 
 @dataclass(frozen=True)
@@ -80,8 +75,8 @@ def tasks_of_graph(model: FrozenGraph) -> tuple[Task, ...]:
         while node is not None and node.op in PASS_THROUGH and node.input:
             node = nodes.get(node.input[0].lstrip("^").partition(":")[0])
         op = node.op if node is not None else ""
-        kind = {"Softmax": "softmax", "LogSoftmax": "softmax", "Sigmoid": "sigmoid"}.get(op, "regression")
-        tasks.append(Task(kind, spec))
+        kind = {"Softmax": TaskKind.SOFTMAX, "LogSoftmax": TaskKind.SOFTMAX, "Sigmoid": TaskKind.SIGMOID}
+        tasks.append(Task(kind.get(op, TaskKind.REGRESSION), spec))
     return tuple(tasks)
 
 
@@ -104,17 +99,17 @@ class FrozenKind(ModelKind):
         self.tasks = tasks_of_graph(original)
         self._fidelity: Fidelity | None = None
 
-    def describe(self, path: Path | None) -> dict:
+    def describe(self, path: Path | None) -> Source:
         names = [spec.name for spec in self.signature.inputs]
-        return {
-            "path": str(path),
-            "name": self.original.name,
-            "parameters": None,
-            "format": self.format.value,
-            "loader": f"tensorflow (signature {self.original.signature_name!r}, inputs {', '.join(names)})",
-            "inputs": [vars(s) for s in self.signature.inputs],
-            "outputs": [vars(s) for s in self.signature.outputs],
-        }
+        return Source(
+            path=str(path),
+            name=self.original.name,
+            parameters=None,
+            format=self.format,
+            loader=f"tensorflow (signature {self.original.signature_name!r}, inputs {', '.join(names)})",
+            inputs=self.signature.inputs,
+            outputs=self.signature.outputs,
+        )
 
     def runner(self, model: Any, path: str | None = None) -> GraphDefRunner:
         # One way to run whatever the path: the imported serving graph, which the exported SavedModel serves.
@@ -190,17 +185,17 @@ class FrozenKind(ModelKind):
         self, model: Any, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions
     ) -> list[Writer]:
         writers: list[Writer] = []
-        if "savedmodel" in options.kinds:
+        if ArtifactKind.SAVEDMODEL in options.kinds:
 
             def savedmodel(path: Path):
                 model.save(path)
                 return savedmodel_parity(path, model.signature, rows, expected, model.signature_name)
 
-            writers.append(("savedmodel", out / "savedmodel", savedmodel))
-        if "onnx" in options.kinds:
+            writers.append((ArtifactKind.SAVEDMODEL, out / "savedmodel", savedmodel))
+        if ArtifactKind.ONNX in options.kinds:
             writers.append(
                 (
-                    "onnx",
+                    ArtifactKind.ONNX,
                     out / "model.onnx",
                     lambda path: onnx_parity(self.onnx(model, path, options.opset), rows, expected, model.signature),
                 )

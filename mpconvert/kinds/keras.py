@@ -20,7 +20,7 @@ import numpy as np
 from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, parity, savedmodel_parity
 from ..configs import model_class, model_config
 from ..context import Context
-from ..data import Task
+from ..data import Task, TaskKind
 from ..errors import MpconvertError
 from ..finetune import Finetune, StepCallback, finetune
 from ..formats import ModelFormat
@@ -29,21 +29,22 @@ from ..load import Loaded
 from ..numerics.autokeep import keep_by_lint, keep_by_search
 from ..numerics.lint import Lint
 from ..numerics.search import Goal, Search
-from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
+from ..options import ArtifactKind, ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan, pad, plan_model_padding
 from ..precision import Precision
 from ..rewrite import Plan, Rewritten, output_activation, plan_conversion, rewrite
 from ..runners.keras import KerasRunner, input_specs, predict, serving_fn
+from ..sections import Source
 from ..signature import Signature, signature_of
 from ..speed.memory import activation_memory
 from ..trace import nodes, output_layers
 from .base import Capability, ModelKind
 
 
-def _kind(activation: str | None) -> str:
+def _kind(activation: str | None) -> TaskKind:
     if activation in ("softmax", "log_softmax"):
-        return "softmax"
-    return "sigmoid" if activation == "sigmoid" else "regression"
+        return TaskKind.SOFTMAX
+    return TaskKind.SIGMOID if activation == "sigmoid" else TaskKind.REGRESSION
 
 
 def _activation_of(layer: Any) -> str | None:
@@ -79,7 +80,7 @@ class KerasKind(ModelKind):
     def framework(self) -> Framework:
         return self.loaded.framework
 
-    def describe(self, path: Path | None) -> dict:
+    def describe(self, path: Path | None) -> Source:
         return self.loaded.source(path)
 
     @contextlib.contextmanager
@@ -127,7 +128,7 @@ class KerasKind(ModelKind):
     ) -> list[Writer]:
         signature = self.signature
         writers: list[Writer] = []
-        if "savedmodel" in options.kinds:
+        if ArtifactKind.SAVEDMODEL in options.kinds:
 
             def savedmodel(path: Path):
                 write_savedmodel(model, self.framework, signature, path)
@@ -136,19 +137,19 @@ class KerasKind(ModelKind):
                     _check_tf_keras_policies_survive(self.framework, path, model)
                 return written
 
-            writers.append(("savedmodel", out / "savedmodel", savedmodel))
+            writers.append((ArtifactKind.SAVEDMODEL, out / "savedmodel", savedmodel))
             if self.framework.is_keras3:
 
                 def keras_file(path: Path):
                     model.save(str(path))
                     reloaded = self.framework.module.models.load_model(str(path), compile=False)
-                    return parity("keras", path, expected, predict(reloaded, rows), "keras", {}, signature)
+                    return parity(ArtifactKind.KERAS, path, expected, predict(reloaded, rows), "keras", {}, signature)
 
-                writers.append(("keras", out / "model.keras", keras_file))
-        if "onnx" in options.kinds:
+                writers.append((ArtifactKind.KERAS, out / "model.keras", keras_file))
+        if ArtifactKind.ONNX in options.kinds:
             writers.append(
                 (
-                    "onnx",
+                    ArtifactKind.ONNX,
                     out / "model.onnx",
                     lambda path: onnx_parity(self.onnx(model, path, options.opset), rows, expected, signature),
                 )

@@ -10,7 +10,6 @@ the report's `layers` with `pinned` saying why, with its number.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from ..configs import model_class, model_config
 from ..context import Context
@@ -18,25 +17,12 @@ from ..gate import validation_checks
 from ..load import Loaded
 from ..options import LINT_ROWS, RewriteOptions
 from ..rewrite import Plan, Rewritten, plan_conversion
+from ..sections import AutoKeep, Validation
 from ..thresholds import Thresholds
 from .lint import Lint, lint
 from .search import Goal, Search, search
 
-
-@dataclass(frozen=True)
-class AutoKeep:
-    mode: str
-    lint: Lint | None = None
-    search: Search | None = None
-    note: str | None = None  # what the lint and the search work on, where they are not Keras layers
-
-    def as_dict(self) -> dict:
-        found = {
-            "mode": self.mode,
-            "lint": self.lint.as_dict() if self.lint else None,
-            "search": self.search.as_dict() if self.search else None,
-        }
-        return {**found, "note": self.note} if self.note else found
+__all__ = ["AutoKeep", "keep_by_lint", "keep_by_search", "passes", "search_reason"]
 
 
 def _original_names(plan: Plan) -> dict[str, str]:
@@ -55,18 +41,18 @@ def keep_by_lint(context: Context, loaded: Loaded, options: RewriteOptions) -> t
     return found, dataclasses.replace(options, auto_keep=options.auto_keep + tuple(found.keep.items()))
 
 
-def passes(validation: dict, thresholds: Thresholds) -> bool:
+def passes(validation: Validation, thresholds: Thresholds) -> bool:
     """The gate's metric, agreement and drift checks, on every output: the ones the search can fix."""
     return all(check.passed for check in validation_checks(validation, thresholds))
 
 
-def search_reason(before: dict, after: dict) -> str:
+def search_reason(before: Validation, after: Validation) -> str:
     """Why the search kept a layer or node: what it fixed, with the numbers."""
-    if before.get("nonfinite_outputs"):  # on any output: the search fixed that first
-        return f"accuracy-driven search: {before['nonfinite_outputs']} NaN/inf outputs -> {after['nonfinite_outputs']}"
-    if before.get("drop") is not None and after.get("drop") is not None:
-        return f"accuracy-driven search: drop {before['drop']:.3f} -> {after['drop']:.3f}"
-    return f"accuracy-driven search: agreement {before.get('agreement') or 0:.3f} -> {after.get('agreement') or 0:.3f}"
+    if before.nonfinite_outputs:  # on any output: the search fixed that first
+        return f"accuracy-driven search: {before.nonfinite_outputs} NaN/inf outputs -> {after.nonfinite_outputs}"
+    if before.drop is not None and after.drop is not None:
+        return f"accuracy-driven search: drop {before.drop:.3f} -> {after.drop:.3f}"
+    return f"accuracy-driven search: agreement {before.agreement or 0:.3f} -> {after.agreement or 0:.3f}"
 
 
 def keep_by_search(

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,7 @@ import numpy as np
 from ..configs import NORMALIZATION_LAYERS
 from ..frameworks import Framework
 from ..precision import Precision
+from ..sections import Finding, Lint
 from ..trace import trace
 
 # An activation above half the format's maximum is flagged: unseen rows can
@@ -52,31 +52,6 @@ LARGE_VALUE = 1.0
 EXACT_INTEGERS = {"float16": 2048, "bfloat16": 256}
 # The smallest positive value each format holds (float16's subnormal 2**-24).
 SMALLEST = {"float16": 2.0**-24, "bfloat16": 9.2e-41}
-
-
-@dataclass(frozen=True)
-class Finding:
-    layer: str
-    kind: str  # "overflow", "input overflow", "weights", "constant", "epsilon", "information loss", "input information loss"
-    message: str  # with the numbers: "output max 3.1e5 > float16 max 65504"
-    values: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Lint:
-    rows: int
-    findings: tuple[Finding, ...]
-
-    @property
-    def keep(self) -> dict[str, str]:
-        """Layer -> why it stays float32 (its first finding)."""
-        keep: dict[str, str] = {}
-        for finding in self.findings:
-            keep.setdefault(finding.layer, f"numeric lint: {finding.message}")
-        return keep
-
-    def as_dict(self) -> dict:
-        return {"rows": self.rows, "findings": [asdict(f) for f in self.findings], "kept": sorted(self.keep)}
 
 
 def _float_config_values(config: Any, path: str = "") -> list[tuple[str, float]]:

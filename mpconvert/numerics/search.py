@@ -38,10 +38,11 @@ from ..load import Loaded
 from ..options import MAX_SEARCH_SHARE
 from ..rewrite import Plan, rebuild_with
 from ..runners.keras import predict
+from ..sections import Ranked, SearchOutcome, SearchReport, Trial, Validation
 from ..trace import Call, layer_at, trace
 from ..validate import judge
 
-Verdict = Callable[[dict], bool]  # a trial's validation (JSON form) -> passes the gate's checks
+Verdict = Callable[[Validation], bool]  # a trial's validation -> passes the gate's checks
 
 
 @dataclass(frozen=True)
@@ -51,32 +52,30 @@ class Goal:
     verdict: Verdict  # a trial passes the gate's metric, agreement and drift checks
     budget: float  # seconds the search may take, ranking included
     reference: list[np.ndarray]  # the float32 model's outputs on the validation rows
-    before: dict  # the validation (JSON form) that failed: what a kept unit's reason compares with
+    before: Validation  # the validation that failed: what a kept unit's reason compares with
 
 
 @dataclass
 class Search:
+    """A search as it runs; `section()` is what the report keeps of it."""
+
     kept: list[str] = field(default_factory=list)  # plan names kept float32 (linear names for split heads)
-    trials: list[dict] = field(default_factory=list)  # {kept, drop, agreement, passed}
+    trials: list[Trial] = field(default_factory=list)
     ranking: list[tuple[str, float]] = field(default_factory=list)
     seconds: float = 0.0
-    outcome: str = ""  # "passed", "budget", "share"
-    validation: dict | None = None  # of the final set
+    outcome: SearchOutcome | None = None  # None until it ends
+    validation: Validation | None = None  # of the final set
 
-    def as_dict(self) -> dict:
-        return {
-            "outcome": self.outcome,
-            "trials": len(self.trials),
-            "seconds": round(self.seconds, 3),
-            "kept": list(self.kept),
-            "ranking": [
-                {"layer": n, "sensitivity": None if not math.isfinite(s) else round(s, 6)} for n, s in self.ranking[:10]
-            ],
-            "drop": [
-                {"kept": t["kept"], "drop": t["drop"], "agreement": t["agreement"], "passed": t["passed"]}
-                for t in self.trials
-            ],
-        }
+    def section(self) -> SearchReport:
+        assert self.outcome is not None, "a search is reported once it has ended"
+        return SearchReport(
+            outcome=self.outcome,
+            trials=len(self.trials),
+            seconds=round(self.seconds, 3),
+            kept=tuple(self.kept),
+            ranking=tuple(Ranked(n, None if not math.isfinite(s) else round(s, 6)) for n, s in self.ranking[:10]),
+            drop=tuple(self.trials),
+        )
 
 
 def _as_list(value: Any) -> list:
@@ -141,16 +140,16 @@ def sensitivity(out32: np.ndarray, out16: np.ndarray) -> float:
 
 def smallest_set(
     order: list[str], trial: Callable[[list[str]], bool], out_of_time: Callable[[], bool]
-) -> tuple[list[str] | None, str]:
+) -> tuple[list[str] | None, SearchOutcome]:
     """(the fewest of `order` to keep so that `trial` passes, the outcome): steps 2 and 3 above.
 
     `order` is most sensitive first; None when even MAX_SEARCH_SHARE of
-    them kept does not pass ("share"); "budget" when time ran out with a
+    them kept does not pass (SHARE); BUDGET when time ran out with a
     passing set that may not be the smallest.
     """
     largest = max(1, int(len(order) * MAX_SEARCH_SHARE))
     if not trial(order[:largest]):
-        return None, "share"
+        return None, SearchOutcome.SHARE
     lo, hi = 0, largest  # keeping order[:hi] passes; order[:lo] does not (lo=0: the failing start)
     while hi - lo > 1 and not out_of_time():
         mid = (lo + hi) // 2
@@ -165,7 +164,7 @@ def smallest_set(
         fewer = [k for k in kept if k != name]
         if fewer and trial(fewer):
             kept = fewer
-    return kept, "budget" if out_of_time() else "passed"
+    return kept, SearchOutcome.BUDGET if out_of_time() else SearchOutcome.PASSED
 
 
 def search(
@@ -207,25 +206,21 @@ def search_ranked(
     the search began (the ranking counts against the budget).
     """
     result = Search(ranking=ranking)
-    tried: dict[frozenset, bool] = {}
+    tried: dict[frozenset, Validation | None] = {}  # each set tried: its validation where it passed
 
     def trial(kept: list[str]) -> bool:
         if frozenset(kept) in tried:  # the grow and prune steps can meet the same set
-            return tried[frozenset(kept)]
-        v = judge(context, goal.reference, predict_keeping(kept)).as_dict()
-        passed = tried[frozenset(kept)] = goal.verdict(v)
-        result.trials.append(
-            {"kept": sorted(kept), "drop": v["drop"], "agreement": v["agreement"], "passed": passed, "v": v}
-        )
+            return tried[frozenset(kept)] is not None
+        v = judge(context, goal.reference, predict_keeping(kept))
+        passed = goal.verdict(v)
+        tried[frozenset(kept)] = v if passed else None
+        result.trials.append(Trial(tuple(sorted(kept)), v.drop, v.agreement, passed))
         return passed
 
     order = [name for name, _ in ranking]
     kept, result.outcome = smallest_set(order, trial, lambda: time.perf_counter() - started > goal.budget)
     if kept is not None:
         result.kept = kept
-        passing = [t for t in result.trials if t["passed"] and t["kept"] == sorted(kept)]
-        result.validation = passing[-1]["v"] if passing else None
+        result.validation = tried.get(frozenset(kept))
     result.seconds = time.perf_counter() - started
-    for t in result.trials:
-        t.pop("v", None)
     return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,7 @@ from ..frameworks import Framework
 from ..options import PadOptions
 from ..precision import SIXTEEN_BIT, Precision
 from ..runners.keras import forward
+from ..sections import PaddingReport
 from ..state import rebuild
 from ..validate import max_abs_diff
 from .apply import apply_padding
@@ -22,7 +23,7 @@ from .live import as_functional, plan_model_padding
 @dataclass(frozen=True)
 class Padding:
     model: Any  # the model to export: padded, or the unpadded one when the proof failed
-    report: dict
+    report: PaddingReport
 
 
 # The padding logic is exact: in float32 the padded model must agree to
@@ -55,22 +56,19 @@ def pad(
     """Pad `model` where it is safe and cheap, and prove the function unchanged."""
     functional = as_functional(model, framework)
     plan = plan_model_padding(functional, framework, options)
-    report = {
-        "multiple": options.multiple,
-        "max_overhead": options.max_overhead,
-        "padded": list(plan.padded),
-        "skipped": list(plan.skipped),
-        "flops_overhead": round(plan.flops_overhead, 6),
-        "max_abs_diff": None,
-        "float32_max_abs_diff": None,
-        "tolerance": {"float32": TOLERANCE_FLOAT32, precision.name: precision.pad_tolerance},
-        "passed": True,
-        "exported": "unpadded",
-        "reason": None,
-    }
+    report = PaddingReport(
+        multiple=options.multiple,
+        max_overhead=options.max_overhead,
+        padded=plan.padded,
+        skipped=plan.skipped,
+        flops_overhead=round(plan.flops_overhead, 6),
+        tolerance={"float32": TOLERANCE_FLOAT32, precision.name: precision.pad_tolerance},
+        exported="unpadded",
+    )
     if plan.empty:
-        report["reason"] = "nothing to pad: every dimension is already a multiple, or was skipped"
-        return Padding(model, report)
+        return Padding(
+            model, replace(report, reason="nothing to pad: every dimension is already a multiple, or was skipped")
+        )
     padded = apply_padding(functional, framework, plan)
     twin = _float32_twin(functional, framework)
     padded_twin = apply_padding(twin, framework, plan)
@@ -78,16 +76,14 @@ def pad(
     reference = forward(functional, inputs)
     sixteen = max_abs_diff(reference, forward(padded, inputs))
     scale = max(1.0, max(float(np.abs(r).max(initial=0.0)) for r in reference))
-    report["float32_max_abs_diff"] = exact
-    report["max_abs_diff"] = sixteen
+    report = replace(report, float32_max_abs_diff=exact, max_abs_diff=sixteen)
     failures = []
     if exact is None or exact > TOLERANCE_FLOAT32 * scale:
         failures.append(f"float32 outputs differ by {exact} (> {TOLERANCE_FLOAT32 * scale:g})")
     if sixteen is None or sixteen > precision.pad_tolerance * scale:
         failures.append(f"{precision.name} outputs differ by {sixteen} (> {precision.pad_tolerance * scale:g})")
     if failures:
-        report["passed"] = False
-        report["reason"] = "padding changed the outputs: " + "; ".join(failures)
-        return Padding(model, report)
-    report["exported"] = "padded"
-    return Padding(padded, report)
+        return Padding(
+            model, replace(report, passed=False, reason="padding changed the outputs: " + "; ".join(failures))
+        )
+    return Padding(padded, replace(report, exported="padded"))

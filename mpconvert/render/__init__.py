@@ -23,11 +23,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..formats import units_of
-from ..gate import PARITY, layer_counts
+from ..gate import PARITY
 from ..hooks import Hooks
 from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
-from .common import Live, console_for, format_bytes, format_number, row
+from .common import Live, console_for, format_bytes, format_number, layer_counts_of, row
 from .doctor import render_doctor, render_model_timing
 
 __all__ = [
@@ -69,12 +69,12 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
     """The terminal summary of a report's JSON form (as written, or re-checked)."""
     console = console_for(stream or sys.stdout)
     console.print(f"[bold]mpconvert[/] {describe_source(report['source'])} -> {report['policy']}")
-    counts = layer_counts(report)
+    counts = layer_counts_of(report)
     pinned = counts.kept
     units = units_of(report["source"].get("format"))
     console.print(f"  {units}: {counts.converted} converted to {report['policy']}, {len(pinned)} kept float32")
     for layer in pinned[:8]:
-        console.print(f"    {layer['name']} ({layer['class_name']}): {layer['pinned']}")
+        console.print(f"    {layer.name} ({layer.class_name}): {layer.pinned}")
     if len(pinned) > 8:
         console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
     fidelity = report.get("fidelity")

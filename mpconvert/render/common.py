@@ -7,10 +7,18 @@ from typing import IO
 
 from rich.console import Console
 
+from ..gate import LayerCounts, layer_counts
+from ..sections import Layer
+
 
 def console_for(stream: IO[str]) -> Console:
     # Piped output (CI logs, `| grep`) gets whole rows rather than 80 columns.
     return Console(file=stream, highlight=False, soft_wrap=True, width=None if stream.isatty() else 200)
+
+
+def layer_counts_of(report: dict) -> LayerCounts:
+    """A report's JSON form's layers, counted the gate's way."""
+    return layer_counts(report["policy"], [Layer.from_json(layer) for layer in report["layers"]])
 
 
 def format_number(value: float | None, digits: int = 4) -> str:

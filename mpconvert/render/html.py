@@ -22,10 +22,10 @@ from typing import Any
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from ..formats import units_of
-from ..gate import PARITY, layer_counts
+from ..gate import PARITY
 from ..writing import replace_atomically
 from . import describe_source, parity_limits, speed_line
-from .common import format_bytes, format_number
+from .common import format_bytes, format_number, layer_counts_of
 
 REPORT_HTML = "report.html"
 INDEX_HTML = "index.html"
@@ -239,7 +239,7 @@ def _title(report: dict) -> str:
 def report_page(report: dict) -> str:
     """report.html's text for a report's JSON form (as written, or re-checked)."""
     gate = report["gate"]
-    counts = layer_counts(report)
+    counts = layer_counts_of(report)
     auto = report.get("auto_keep") or {}
     ranking = (auto.get("search") or {}).get("ranking") or []
     sensitivity = (

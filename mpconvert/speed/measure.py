@@ -14,7 +14,6 @@ against a float32 export of the original, in ONNX Runtime (--bench-onnx).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from ..errors import first_line
 from ..options import DEFAULT_SPEED_BATCH
 from ..runners.base import Runner
 from ..runners.onnx import OnnxRunner, missing_kernel
+from ..sections import PaddingCost, PathSpeed, Speed
 from .hardware import Hardware, probe_hardware
 from .timing import BUDGET_S, REPEATS, median_ms, rounded_ms
 
@@ -46,81 +46,6 @@ def serving_rows(inputs: Sequence[np.ndarray], batch: int) -> list[np.ndarray]:
 # the same time here), fewer when a run is slow (at least 3), to spend about
 # BUDGET_S. Dense(4096)x2 at batch 256 took 240-700 ms a run on the 2 shared
 # cores here, so it gets 3-6 runs; a small MLP gets all 10 in milliseconds.
-
-
-@dataclass(frozen=True)
-class PathSpeed:
-    """Both models through one path; a side that could not run has None and a note."""
-
-    float32_ms: float | None
-    converted_ms: float | None
-    runtime: str  # what ran both: "tensorflow", "onnxruntime:CPUExecutionProvider", ...
-    note: str | None = None
-
-    @property
-    def ratio(self) -> float | None:
-        """float32 time / converted time: above 1 the converted model is faster."""
-        if not self.float32_ms or not self.converted_ms:
-            return None
-        return self.float32_ms / self.converted_ms
-
-    def as_dict(self) -> dict:
-        return {
-            "float32_ms": self.float32_ms,
-            "converted_ms": self.converted_ms,
-            "ratio": self.ratio,
-            "runtime": self.runtime,
-            "note": self.note,
-        }
-
-    @classmethod
-    def from_dict(cls, stored: dict) -> PathSpeed:
-        return cls(stored["float32_ms"], stored["converted_ms"], stored.get("runtime", ""), stored.get("note"))
-
-
-@dataclass(frozen=True)
-class Speed:
-    device: str  # "CPU: <model name>" or "GPU: <name>"
-    batch: int  # rows per call (--speed-batch); the data's rows repeated when it has fewer
-    rows: int  # validation rows available
-    paths: dict[str, PathSpeed] = field(default_factory=dict)
-    memory: dict | None = None  # activation_memory's result
-
-    def with_path(self, name: str, timing: PathSpeed) -> Speed:
-        """This result with one more path (the ONNX file, timed after the export)."""
-        return replace(self, paths={**self.paths, name: timing})
-
-    @property
-    def summary(self) -> str:
-        """ "savedmodel 1.62x, keras 1.58x as fast as float32 (batch 256 of 450 validation rows, CPU: ...)"."""
-        timed = ", ".join(f"{name} {p.ratio:.2f}x" for name, p in self.paths.items() if p.ratio is not None)
-        untimed = [f"{name} not timed: {p.note}" for name, p in self.paths.items() if p.ratio is None]
-        text = f"{timed or 'nothing timed'} as fast as float32 (above 1 is faster; {self.batch_words}, {self.device})"
-        if self.memory and self.memory.get("ratio") is not None:
-            text += f"; activation memory {self.memory['ratio']:.2f}x float32's ({self.memory['method']})"
-        return "; ".join([text, *untimed])
-
-    @property
-    def batch_words(self) -> str:
-        if self.batch > self.rows:
-            return f"batch {self.batch}, the data's {self.rows} rows repeated"
-        rows = f"all {self.rows} validation rows" if self.batch == self.rows else f"{self.rows} validation rows"
-        return f"batch {self.batch} of {rows}"
-
-    def as_dict(self) -> dict:
-        return {
-            "device": self.device,
-            "batch": self.batch,
-            "rows": self.rows,
-            "paths": {name: p.as_dict() for name, p in self.paths.items()},
-            "memory": self.memory,
-            "summary": self.summary,
-        }
-
-    @classmethod
-    def from_dict(cls, stored: dict) -> Speed:
-        paths = {name: PathSpeed.from_dict(p) for name, p in stored["paths"].items()}
-        return cls(stored["device"], stored["batch"], stored.get("rows", stored["batch"]), paths, stored.get("memory"))
 
 
 def measure_speed(
@@ -159,7 +84,7 @@ def padding_cost(
     batch: int = SPEED_BATCH,
     repeats: int = REPEATS,
     budget_s: float = BUDGET_S,
-) -> dict:
+) -> PaddingCost:
     """What padding's pad and slice ops cost on this machine: the padded model's serving time against the unpadded.
 
     Padding is for the target's Tensor Cores (multiples of 8 in float16),
@@ -176,12 +101,7 @@ def padding_cost(
         if cost
         else "not timed"
     )
-    return {
-        "unpadded_ms": rounded_ms(ms["unpadded"]),
-        "padded_ms": rounded_ms(ms["padded"]),
-        "cost": round(cost, 4) if cost else None,
-        "summary": summary,
-    }
+    return PaddingCost(rounded_ms(ms["unpadded"]), rounded_ms(ms["padded"]), round(cost, 4) if cost else None, summary)
 
 
 def measure_onnx_speed(

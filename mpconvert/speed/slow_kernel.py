@@ -27,6 +27,7 @@ import os
 import time
 
 from ..runners.base import Runner
+from ..sections import KernelProbe, SlowKernel
 
 # A 16-bit model this many times slower than float32 on one batch has hit a
 # broken kernel: no missing speed-up costs more than 2-3x.
@@ -49,7 +50,7 @@ class Restart(BaseException):
 
     def __init__(self, finding: dict):
         super().__init__(finding["summary"])
-        self.finding = finding
+        self.finding = finding  # JSON: the restarted process reads it back from its environment
 
     def environment(self) -> dict[str, str]:
         return {**os.environ, ONEDNN_ENV: "0", FOUND_ENV: json.dumps(self.finding)}
@@ -62,7 +63,7 @@ def threshold() -> float:
         return SLOWER
 
 
-def probe(original: Runner, converted: Runner, inputs: list) -> dict:
+def probe(original: Runner, converted: Runner, inputs: list) -> KernelProbe:
     """One batch through each model's traced call (after the trace): ms each, and how much slower."""
     rows = [x[:PROBE_ROWS] for x in inputs]
     timed = {}
@@ -75,19 +76,19 @@ def probe(original: Runner, converted: Runner, inputs: list) -> dict:
     float32_ms, converted_ms = round(timed["float32"], 3), round(timed["converted"], 3)
     # The ratio of the rounded figures, to 3 significant digits: two decimals
     # read a 0.2056x probe as 0.21x, 2% off the figures beside it.
-    return {
-        "rows": len(inputs[0][:PROBE_ROWS]),
-        "float32_ms": float32_ms,
-        "converted_ms": converted_ms,
-        "slower": float(f"{converted_ms / float32_ms:.3g}") if float32_ms > 0 else None,
-    }
+    return KernelProbe(
+        rows=len(inputs[0][:PROBE_ROWS]),
+        float32_ms=float32_ms,
+        converted_ms=converted_ms,
+        slower=float(f"{converted_ms / float32_ms:.3g}") if float32_ms > 0 else None,
+    )
 
 
 def _onednn_on() -> bool:
     return os.environ.get(ONEDNN_ENV, "1") not in ("0", "false", "False")
 
 
-def guard(policy: str, original: Runner, converted: Runner, inputs: list, may_restart: bool) -> dict | None:
+def guard(policy: str, original: Runner, converted: Runner, inputs: list, may_restart: bool) -> SlowKernel | None:
     """None when the 16-bit model runs normally here; else what was found and done (a report section).
 
     `original` and `converted` run the float32 and the 16-bit model (their
@@ -98,35 +99,35 @@ def guard(policy: str, original: Runner, converted: Runner, inputs: list, may_re
     inherited = os.environ.get(FOUND_ENV)
     if inherited:  # the restarted run: the default-settings figures came with it
         try:
-            found = json.loads(inherited)["found"]
-        except (ValueError, KeyError, TypeError):
+            found: KernelProbe | None = KernelProbe.from_json(json.loads(inherited)["found"])
+        except (ValueError, KeyError, TypeError, AttributeError):
             found = None
         if found is not None:
             fixed = probe(original, converted, inputs)
-            helped = fixed["slower"] is not None and fixed["slower"] < found["slower"]
+            helped = fixed.slower is not None and found.slower is not None and fixed.slower < found.slower
             advice = (
                 f"set {ONEDNN_ENV}=0 where this model serves on such a CPU"
                 if helped
                 else "the fix did not help: try the other policy (`mpconvert doctor MODEL` times both)"
             )
             summary = (
-                f"{policy} took {found['slower']:g}x float32's time with TensorFlow's default settings "
-                f"(one batch of {found['rows']} rows: {found['converted_ms']:.1f} ms against "
-                f"{found['float32_ms']:.1f} ms); the conversion re-ran with {FIX}, where it takes "
-                f"{fixed['slower']:g}x float32's time: {advice}"
+                f"{policy} took {found.slower:g}x float32's time with TensorFlow's default settings "
+                f"(one batch of {found.rows} rows: {found.converted_ms:.1f} ms against "
+                f"{found.float32_ms:.1f} ms); the conversion re-ran with {FIX}, where it takes "
+                f"{fixed.slower:g}x float32's time: {advice}"
             )
-            return {"found": found, "done": f"restarted with {FIX}", "fixed": fixed, "summary": summary}
+            return SlowKernel(found, f"restarted with {FIX}", fixed, summary)
     found = probe(original, converted, inputs)
-    if found["slower"] is None or found["slower"] < threshold():
+    if found.slower is None or found.slower < threshold():
         return None
     words = (
-        f"{policy} takes {found['slower']:g}x float32's time here (one batch of {found['rows']} rows: "
-        f"{found['converted_ms']:.1f} ms against {found['float32_ms']:.1f} ms): a broken kernel"
+        f"{policy} takes {found.slower:g}x float32's time here (one batch of {found.rows} rows: "
+        f"{found.converted_ms:.1f} ms against {found.float32_ms:.1f} ms): a broken kernel"
     )
     if may_restart and _onednn_on():
-        raise Restart({"found": found, "summary": words})
+        raise Restart({"found": found.to_json(), "summary": words})
     if not _onednn_on():
         done = f"nothing: {ONEDNN_ENV}=0 is already set"
     else:
         done = f"nothing: a Python process cannot restart TensorFlow; set {FIX} before importing it"
-    return {"found": found, "done": done, "fixed": None, "summary": f"{words}; {done}"}
+    return SlowKernel(found, done, None, f"{words}; {done}")

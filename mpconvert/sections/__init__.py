@@ -1,0 +1,62 @@
+"""The report's sections as typed, frozen values: what the stages return and what the gate judges.
+
+JSON appears only where a report is written or read back: each section's
+`to_json()` is its part of report.json (JSON-native types only: Enums as
+their strings, tuples as lists, nothing that is not finite), and
+`from_json(stored)` reads it back from a report of any version, a field
+written before it existed being absent (`base.known`). The report itself
+(report.py) is made of these.
+"""
+
+from .artifacts import Artifact, ArtifactOutput
+from .base import Section, known, member, native
+from .model import Fidelity, Layer, Skipped, Source, Timings, Versions, versions
+from .speed import KernelProbe, PaddingCost, PathSpeed, SlowKernel, Speed, SpeedNotes, SpeedReport
+from .stages import (
+    AutoKeep,
+    Finding,
+    Finetune,
+    FinetuneKept,
+    Lint,
+    PaddingReport,
+    Ranked,
+    SearchOutcome,
+    SearchReport,
+    Trial,
+)
+from .validation import OutputValidation, Validation
+
+__all__ = [
+    "Artifact",
+    "ArtifactOutput",
+    "AutoKeep",
+    "Fidelity",
+    "Finding",
+    "Finetune",
+    "FinetuneKept",
+    "KernelProbe",
+    "Layer",
+    "Lint",
+    "OutputValidation",
+    "PaddingCost",
+    "PaddingReport",
+    "PathSpeed",
+    "Ranked",
+    "SearchOutcome",
+    "SearchReport",
+    "Section",
+    "Skipped",
+    "SlowKernel",
+    "Source",
+    "Speed",
+    "SpeedNotes",
+    "SpeedReport",
+    "Timings",
+    "Trial",
+    "Validation",
+    "Versions",
+    "known",
+    "member",
+    "native",
+    "versions",
+]
