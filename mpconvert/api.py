@@ -79,11 +79,14 @@ def conversion_options(model: Any, policy: str, **keywords: Any) -> ConvertOptio
 
 
 _POSITIONAL = Parameter.POSITIONAL_OR_KEYWORD
-conversion_options.__signature__ = _signature(
-    CONVERSION_KEYWORDS, Parameter("model", _POSITIONAL), Parameter("policy", _POSITIONAL)
+# What help() and editors show: the keyword tables, not **keywords.
+setattr(  # noqa: B010
+    conversion_options,
+    "__signature__",
+    _signature(CONVERSION_KEYWORDS, Parameter("model", _POSITIONAL), Parameter("policy", _POSITIONAL)),
 )
-gate_options.__signature__ = _signature(GATE_KEYWORDS)
-export_options.__signature__ = _signature(EXPORT_KEYWORDS)
+setattr(gate_options, "__signature__", _signature(GATE_KEYWORDS))  # noqa: B010
+setattr(export_options, "__signature__", _signature(EXPORT_KEYWORDS))  # noqa: B010
 
 
 class Conversion:

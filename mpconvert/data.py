@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -363,6 +363,28 @@ def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarra
     return [np.asarray(x)]
 
 
+@overload
+def _split(
+    where: str,
+    arrays: Mapping[str, np.ndarray],
+    signature: Signature,
+    tasks: tuple[Task, ...],
+    suffix: str,
+    required: Literal[True],
+) -> Split: ...
+
+
+@overload
+def _split(
+    where: str,
+    arrays: Mapping[str, np.ndarray],
+    signature: Signature,
+    tasks: tuple[Task, ...],
+    suffix: str,
+    required: Literal[False],
+) -> Split | None: ...
+
+
 def _split(
     where: str,
     arrays: Mapping[str, np.ndarray],
@@ -450,6 +472,12 @@ def _check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nd
     out = task.output
     if task.kind is TaskKind.SOFTMAX:
         classes = task.classes
+        if classes is None:
+            raise MpconvertError(
+                f"{where}: output {out.name!r} has no fixed number of classes ({out.describe()}), so class ids "
+                "cannot be checked against it",
+                hint="give the softmax output a fixed last dimension",
+            )
         if labels.ndim == 2 and labels.shape[1] == classes and classes > 1:
             labels = _one_hot_to_ids(where, key, labels)
         if labels.ndim == 2 and labels.shape[1] == 1:

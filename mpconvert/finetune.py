@@ -22,7 +22,7 @@ import numpy as np
 
 from .configs import model_config
 from .context import Context
-from .data import Task, TaskKind
+from .data import Task, TaskKind, sigmoid_units
 from .errors import MpconvertError
 from .frameworks import Framework
 from .hooks import StepCallback
@@ -113,7 +113,7 @@ def training_labels(task: Task, labels: np.ndarray, loss_name: str) -> np.ndarra
         or "sparse" in loss_name
     ):
         return labels
-    return np.eye(task.output.shape[-1], dtype=np.float32)[labels]
+    return np.eye(sigmoid_units(task) or 0, dtype=np.float32)[labels]
 
 
 class _Batches:
@@ -264,21 +264,23 @@ def finetune(
     started = time.perf_counter()
     framework.set_seed(seed)
     names = [spec.name for spec in context.signature.outputs]
-    heads = tuple(i for i, y in enumerate(train.labels) if y is not None)
+    trained = {i: y for i, y in enumerate(train.labels) if y is not None}
+    heads = tuple(trained)
     losses, loss_names, labels = [], [], []
     for i in heads:
         saved = saved_loss_for(loaded.saved_loss, i, names[i])
         fn, name = resolve_loss(framework, options.loss, saved, context.tasks[i])
         losses.append(fn)
         loss_names.append(name if len(names) == 1 else f"{names[i]}: {name}")
-        labels.append(training_labels(context.tasks[i], train.labels[i], name))
+        labels.append(training_labels(context.tasks[i], trained[i], name))
     validation = data.validation
-    scored = [i for i, y in enumerate(validation.labels) if y is not None]
+    scored_labels = {i: y for i, y in enumerate(validation.labels) if y is not None}
+    scored = list(scored_labels)
     before_weights = model.get_weights()
 
     def metrics_now() -> dict[int, float]:
         outputs = predict(model, validation.inputs)
-        return {i: metric_value(context.metrics[i], context.tasks[i], outputs[i], validation.labels[i]) for i in scored}
+        return {i: metric_value(context.metrics[i], context.tasks[i], outputs[i], y) for i, y in scored_labels.items()}
 
     before = metrics_now()
 
@@ -296,7 +298,8 @@ def finetune(
     times: list[float] = []
     skipped = 0
     problem = None
-    for step in range(1, options.steps + 1):
+    requested = options.steps or 0  # resolved by the caller: FinetuneOptions.resolved
+    for step in range(1, requested + 1):
         inputs, batch_labels = batches.next()
         start = time.perf_counter()
         loss, applied = trainer.step(inputs, batch_labels)
@@ -307,7 +310,7 @@ def finetune(
         if scale is not None:
             scales.append(scale)
         if on_step:
-            on_step(step, options.steps, loss, scale)
+            on_step(step, requested, loss, scale)
         problem = _health(step, loss, skipped, scale, context.precision)
         if problem:
             break
@@ -330,7 +333,7 @@ def finetune(
     finite_losses = [x for x in losses if np.isfinite(x)]
     return Finetune(
         steps=len(losses),
-        requested_steps=options.steps,
+        requested_steps=requested,
         skipped_steps=skipped,
         loss_scale=(
             {"initial": initial_scale, "final": scales[-1], "min": min(scales)}

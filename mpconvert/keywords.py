@@ -128,7 +128,7 @@ def keyword(default: Any = None, **declared: Any) -> Any:
     return dataclasses.field(default=default, metadata={"keyword": Keyword(**declared)})
 
 
-def per_kind(value: Any) -> tuple[tuple[str | None, float], ...]:
+def per_kind(value: Any) -> tuple[tuple[str | None, Any], ...]:
     """A tolerance for every artifact kind, or one per kind: 1e-3 or {"onnx": 0.05}."""
     if value is None:
         return ()
@@ -200,7 +200,10 @@ def build(owner: type, keywords: Mapping[str, Any], known: Mapping[str, Keyword]
     """`owner` built from the keywords aimed at it (the rest keep its defaults), plus `fixed` fields."""
     values = dict(fixed)
     for name, value in keywords.items():
-        target, field = known[name].target
+        declared = known[name].target
+        if declared is None:
+            continue
+        target, field = declared
         if target is owner:
             values[field] = known[name].to_field(value)
     return owner(**values)

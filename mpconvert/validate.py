@@ -101,8 +101,8 @@ def hits(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def right_rows(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Rows predicted right: for a sigmoid output, every unit right."""
-    matched = hits(task, output, labels)
-    return matched.reshape(len(matched), -1).all(axis=1)
+    matched = np.asarray(hits(task, output, labels))
+    return np.asarray(matched.reshape(len(matched), -1).all(axis=1))
 
 
 def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray) -> float:
@@ -132,8 +132,8 @@ def decisive_rows(task: Task, output: np.ndarray, resolution: float) -> np.ndarr
         if rows.shape[1] < 2:
             return np.ones(len(rows), dtype=bool)
         top2 = np.sort(rows, axis=1)[:, -2:]
-        return (top2[:, 1] - top2[:, 0]) > resolution
-    return (np.abs(rows - 0.5) * 2 > resolution).all(axis=1)
+        return np.asarray((top2[:, 1] - top2[:, 0]) > resolution)
+    return np.asarray((np.abs(rows - 0.5) * 2 > resolution).all(axis=1))
 
 
 def compare_output(
@@ -181,7 +181,7 @@ def compare_output(
         # A NaN/inf output makes mse NaN: stored as None (strict JSON has no NaN), and the gate fails it.
         ref_value = _finite(metric_value(metric, task, reference, labels))
         conv_value = _finite(metric_value(metric, task, converted, labels))
-        drop = worse_by(metric, ref_value, conv_value) if None not in (ref_value, conv_value) else None
+        drop = worse_by(metric, ref_value, conv_value) if ref_value is not None and conv_value is not None else None
     return OutputValidation(
         name=name,
         metric=metric if labels is not None else None,

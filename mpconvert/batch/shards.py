@@ -68,7 +68,7 @@ def _number(environ: Mapping[str, str], name: str, found: str) -> int:
 
 def _candidates(environ: Mapping[str, str], found: str) -> list[tuple[int, int | None, str]]:
     """(index from 1, count or None, source) from each scheduler whose variables are set."""
-    seen = []
+    seen: list[tuple[int, int | None, str]] = []
     if "JOB_COMPLETION_INDEX" in environ:
         index = _number(environ, "JOB_COMPLETION_INDEX", found) + 1
         seen.append((index, None, f"JOB_COMPLETION_INDEX={environ['JOB_COMPLETION_INDEX']}"))

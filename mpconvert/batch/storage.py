@@ -17,6 +17,7 @@ user:password part is left out of everything it writes.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import json
@@ -76,7 +77,7 @@ class LocalRoot:
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return merge_lock(self.local)
 
-    def fetch_results(self, folders: list[str]) -> None:
+    def fetch_results(self, folders: builtins.list[str]) -> None:
         pass
 
     def publish_result(self, folder: str) -> None:
@@ -120,7 +121,7 @@ class RemoteRoot:
                 "(for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws, AWS_ENDPOINT_URL for a non-AWS server)",
             ) from None
 
-    def _files(self, relative: str = "") -> list[str]:
+    def _files(self, relative: str = "") -> builtins.list[str]:
         """Every object under the root (or a folder of it), relative to the root; never from a stale cache."""
         with self._calling("list"):
             self.fs.invalidate_cache()
@@ -153,7 +154,7 @@ class RemoteRoot:
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()  # see shards.py: the merge is the same bytes whoever writes it
 
-    def fetch_results(self, folders: list[str]) -> None:
+    def fetch_results(self, folders: builtins.list[str]) -> None:
         """Each folder's stamp and report, where its stamp (written last) says the upload is whole."""
         stored = set(self._files())
         for folder in folders:

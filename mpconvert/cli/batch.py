@@ -137,10 +137,10 @@ def batch_command(
         except KeyboardInterrupt as exc:
             click.echo("interrupted: workers stopped; the batch summary records what finished", err=True)
             return getattr(exc, "exit_code", 130)
-        if run.combined and not quiet:
+        if chosen is not None and run.combined and not quiet:
             click.echo(f"shard {chosen.index}/{chosen.count} finished last: {run.path} combines all shards", err=True)
         outputs.emit(run.result, run.path, batch_renderings())
-        if run.waiting and not quiet:
+        if chosen is not None and run.waiting and not quiet:
             click.echo(
                 f"shard {chosen.index}/{chosen.count} finished; waiting for shard(s) {', '.join(run.waiting)}: "
                 "the last to finish writes the combined batch.json (or run mpconvert batch-merge ROOT)",

@@ -80,10 +80,12 @@ def per_output_parser(spec: Keyword):
 
 
 def _number_type(spec: Keyword) -> click.ParamType:
-    ranged = click.IntRange if spec.kind == "int" else click.FloatRange
     if spec.minimum is None and spec.maximum is None:
         return click.INT if spec.kind == "int" else click.FLOAT
-    return ranged(spec.minimum, spec.maximum, min_open=spec.minimum_open)
+    if spec.kind == "int":
+        low, high = (None if bound is None else int(bound) for bound in (spec.minimum, spec.maximum))
+        return click.IntRange(low, high, min_open=spec.minimum_open)
+    return click.FloatRange(spec.minimum, spec.maximum, min_open=spec.minimum_open)
 
 
 def default_help(spec: Keyword, stored: bool = False) -> str:

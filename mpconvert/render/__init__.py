@@ -465,8 +465,8 @@ def markdown(report: dict) -> str:
         ]
         for art in report["artifacts"]:
             diff = "NaN/inf" if art["max_abs_diff"] is None else f"{art['max_abs_diff']:.3g}"
-            limit = limits.get(art["kind"])
-            limit = "n/a" if limit is None else f"{limit:.3g}"
+            known = limits.get(art["kind"])
+            limit = "n/a" if known is None else f"{known:.3g}"
             if art.get("failed"):
                 lines.append(row(f"{art['kind']} {NOT_WRITTEN}", "-", "❌ **failed**", limit, art["reason"]))
                 continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import IO
+from typing import IO, Any
 
 from rich.console import Console
 
@@ -50,8 +50,8 @@ class Live:
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.live = not quiet and (sys.stderr if self.stderr else sys.stdout).isatty()
-        self.progress = None
-        self.task = None
+        self.progress: Any = None  # a rich Progress while drawing
+        self.task: Any = None
 
     def columns(self) -> list:
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn

@@ -10,7 +10,7 @@ written before it existed being absent (`base.known`). The report itself
 
 from .artifacts import Artifact, ArtifactOutput
 from .base import Section, known, member, native
-from .model import Fidelity, Layer, Skipped, Source, Timings, Versions, versions
+from .run import Fidelity, Layer, Skipped, Source, Timings, Versions, versions
 from .speed import KernelProbe, PaddingCost, PathSpeed, SlowKernel, Speed, SpeedNotes, SpeedReport
 from .stages import (
     AutoKeep,

@@ -26,7 +26,7 @@ class Finetune(Section):
     loss_scale: dict | None  # {initial, final, min}; None without loss scaling (bfloat16)
     loss: dict  # {first, last}
     metric: Metric
-    metric_before: float
+    metric_before: float | None  # None when no output has validation labels
     metric_after: float | None  # None when stopped by a health check
     kept: FinetuneKept
     seconds: float
