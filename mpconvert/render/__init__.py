@@ -51,7 +51,13 @@ __all__ = [
 ]
 
 NOT_WRITTEN = "(not written)"  # an artifact whose export failed
-FORMAT_NAMES = {"keras": ".keras file", "h5": ".h5 file", "savedmodel": "Keras SavedModel", "object": "in-memory model"}
+FORMAT_NAMES = {
+    "keras": ".keras file",
+    "h5": ".h5 file",
+    "savedmodel": "Keras SavedModel",
+    "object": "in-memory model",
+    "graph": "SavedModel without Keras metadata, as a frozen graph",
+}
 LOADER_NAMES = {"keras": "Keras 3", "tf_keras": "tf-keras"}
 
 
