@@ -28,8 +28,9 @@ from .sections import (
     Validation,
     native,
 )
+from .sections.validation import Measured, worse_by
 from .thresholds import Baseline, Thresholds
-from .validate import within, worse_by
+from .validate import within
 
 # rtol by policy and artifact kind, in units of the 16-bit format's rounding
 # error u (float16 2**-11 = 4.9e-4, bfloat16 2**-8 = 3.9e-3):
@@ -129,10 +130,6 @@ def evaluate(report: Judged, thresholds: Thresholds) -> GateResult:
     if thresholds.min_speedup is not None:
         checks.append(check_speed(report.speed, thresholds.min_speedup))
     return GateResult(tuple(checks), thresholds)
-
-
-# What the metric and agreement checks read: the primary output's figures, or one output's.
-Measured = Validation | OutputValidation
 
 
 def validation_checks(v: Validation, thresholds: Thresholds) -> list[Check]:

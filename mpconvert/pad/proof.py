@@ -14,6 +14,7 @@ from ..options import PadOptions
 from ..precision import SIXTEEN_BIT, Precision
 from ..runners.keras import forward
 from ..sections import PaddingReport
+from ..sections.stages import PADDED, UNPADDED, padding_failures
 from ..state import rebuild
 from ..validate import max_abs_diff
 from .apply import apply_padding
@@ -63,7 +64,7 @@ def pad(
         skipped=plan.skipped,
         flops_overhead=round(plan.flops_overhead, 6),
         tolerance={"float32": TOLERANCE_FLOAT32, precision.name: precision.pad_tolerance},
-        exported="unpadded",
+        exported=UNPADDED,
     )
     if plan.empty:
         return Padding(
@@ -75,15 +76,12 @@ def pad(
     exact = max_abs_diff(forward(twin, inputs), forward(padded_twin, inputs))
     reference = forward(functional, inputs)
     sixteen = max_abs_diff(reference, forward(padded, inputs))
-    scale = max(1.0, max(float(np.abs(r).max(initial=0.0)) for r in reference))
-    report = replace(report, float32_max_abs_diff=exact, max_abs_diff=sixteen)
-    failures = []
-    if exact is None or exact > TOLERANCE_FLOAT32 * scale:
-        failures.append(f"float32 outputs differ by {exact} (> {TOLERANCE_FLOAT32 * scale:g})")
-    if sixteen is None or sixteen > precision.pad_tolerance * scale:
-        failures.append(f"{precision.name} outputs differ by {sixteen} (> {precision.pad_tolerance * scale:g})")
+    largest = max(float(np.abs(r).max(initial=0.0)) for r in reference)
+    report = replace(report, float32_max_abs_diff=exact, max_abs_diff=sixteen, max_abs_ref=largest)
+    assert report.tolerance is not None
+    failures = padding_failures(exact, sixteen, report.tolerance, precision.name, largest)
     if failures:
         return Padding(
             model, replace(report, passed=False, reason="padding changed the outputs: " + "; ".join(failures))
         )
-    return Padding(padded, replace(report, exported="padded"))
+    return Padding(padded, replace(report, exported=PADDED))
