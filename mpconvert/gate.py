@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
+from .consistency import CONSISTENCY, Consistency
 from .data import Overlap
 from .formats import INPUT_LAYER, units_of
 from .sections import (
@@ -109,12 +110,15 @@ class Judged(Protocol):
     def artifacts(self) -> tuple[Artifact, ...]: ...
     @property
     def speed(self) -> SpeedReport | None: ...
+    @property
+    def consistency(self) -> Consistency | None: ...
 
 
 def evaluate(report: Judged, thresholds: Thresholds) -> GateResult:
     """Every check that applies to `report`, in a fixed order."""
     validation = report.validation
-    checks = [_policy_rewrite(report)]
+    checks = [] if report.consistency is None else [check_consistency(report.consistency)]
+    checks.append(_policy_rewrite(report))
     if report.finetune:
         checks.append(_finetune_health(report.finetune))
     checks += validation_checks(validation, thresholds)
@@ -187,6 +191,28 @@ def check_overlap(overlap: Overlap | None, tuning: Finetune | None, max_overlap:
         message += "; split the data so that no validation row is a training row, or pass --finetune-steps 0"
     values = {**overlap.to_json(), "max_overlap": max_overlap}
     return Check(OVERLAP, passed, message, values)
+
+
+def check_consistency(found: Consistency) -> Check:
+    """A report read back: its stored derived figures and verdict against what its raw figures give.
+
+    The other checks judge the raw figures either way; this one says
+    whether the report read as mpconvert wrote it.
+    """
+    listed = found.listed()
+    values = {"contradictions": listed, "fields": [c.field for c in found.contradictions]}
+    if found.passed:
+        message = (
+            "every derived figure (drops, shares, totals, ratios, the padding proof) and the stored verdict "
+            "are what the report's raw figures give"
+        )
+        return Check(CONSISTENCY, True, message, values)
+    shown = "; ".join(listed[:4]) + (f"; and {len(listed) - 4} more (see its values)" if len(listed) > 4 else "")
+    message = (
+        f"the report contradicts itself: {shown}. The checks judge the raw figures; use the report.json "
+        "mpconvert wrote, or convert again"
+    )
+    return Check(CONSISTENCY, False, message, values)
 
 
 @dataclass(frozen=True)
