@@ -29,6 +29,7 @@ from .sections import (
     Validation,
     native,
 )
+from .sections.stages import NOTHING_TO_PAD
 from .sections.validation import Measured, worse_by
 from .thresholds import Baseline, Thresholds
 from .validate import within
@@ -164,6 +165,9 @@ def check_drift(o: OutputValidation) -> Check:
     """An output without labels: compared with the original, failed only by NaN/inf values."""
     drift = "not finite" if o.max_abs_diff is None else f"{o.max_abs_diff:.6f}"
     values = {"max_abs_diff": o.max_abs_diff, "nonfinite_outputs": o.nonfinite_outputs}
+    if not o.rows:
+        # No row ran, so there is no difference to report (0 is what an empty comparison gives).
+        return Check(f"{DRIFT}: {o.name}", True, f"not judged: no labels for output {o.name!r} and no rows", values)
     message = f"no labels for output {o.name!r}: max abs diff {drift} from the float32 model on {o.rows} rows"
     if o.nonfinite_outputs:
         message += (
@@ -278,10 +282,12 @@ def check_accuracy(v: Measured, max_drop: float) -> Check:
     }
     if v.metric is None:
         passed = nonfinite == 0
-        drift = "n/a" if v.max_abs_diff is None else f"{v.max_abs_diff:.6f}"
+        drift = "not finite" if v.max_abs_diff is None else f"{v.max_abs_diff:.6f}"
         message = (
             f"accuracy not measured: no labelled data, only output drift (max abs diff {drift} "
             f"on {v.rows} generated inputs)"
+            if v.rows
+            else "accuracy not measured: no labelled data, and no rows to compare"
         )
     elif v.drop is None or v.reference is None or v.converted is None:
         # The metric itself is not finite (mse of NaN outputs): stored as null, never within a budget.
@@ -320,8 +326,12 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
     Reports written before the harm fields (no `kept_correct_rows`, read
     back as None) are judged by agreement, as they were then.
     """
-    if v.agreement_rows == 0:
-        message = f"not judged: all {v.rows} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
+    if v.agreement_rows == 0 or not v.rows:
+        message = (
+            f"not judged: all {v.rows} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
+            if v.rows
+            else "not judged: no rows"
+        )
         return Check(AGREEMENT, True, message, {"agreement": None, "rows": 0})
     if v.kept_correct_rows == 0:
         message = (
@@ -373,6 +383,12 @@ def _padding(padding: PaddingReport) -> Check:
     diff = padding.max_abs_diff
     diff_text = "n/a (not finite)" if diff is None else f"{diff:.3g}"
     values = {key: getattr(padding, key) for key in ("multiple", "max_abs_diff", "flops_overhead", "exported")}
+    if not padding.compared:
+        # No padded model was built, so there is no proof to claim: say why, as the stage did.
+        reason = padding.reason or "nothing to pad"
+        if not reason.startswith(NOTHING_TO_PAD):
+            reason = f"{NOTHING_TO_PAD}: {reason}"
+        return Check(PADDING, True, f"{reason}; nothing was compared, the unpadded model was exported", values)
     if padding.passed:
         message = f"padded and unpadded models agree (max abs diff {diff_text}); exported {padding.exported}"
         return Check(PADDING, True, message, values)

@@ -14,7 +14,7 @@ from ..options import PadOptions
 from ..precision import SIXTEEN_BIT, Precision
 from ..runners.keras import forward
 from ..sections import PaddingReport
-from ..sections.stages import PADDED, UNPADDED, padding_failures
+from ..sections.stages import NOTHING_TO_PAD, PADDED, UNPADDED, padding_failures
 from ..state import rebuild
 from ..validate import max_abs_diff
 from .apply import apply_padding
@@ -51,6 +51,18 @@ def _float32_twin(model: Any, framework: Framework) -> Any:
     return rebuild(framework, model, config)
 
 
+def _nothing_to_pad(skipped: tuple[dict, ...], multiple: int) -> str:
+    """Why the plan padded nothing: every dimension a multiple already, or left as it is with its reason."""
+    if not skipped:
+        return f"{NOTHING_TO_PAD}: every channel dimension is already a multiple of {multiple}"
+    named = "; ".join(f"{s['layer']} {s['dim']} {s['from']}: {s['reason']}" for s in skipped[:3])
+    more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return (
+        f"{NOTHING_TO_PAD}: every channel dimension is a multiple of {multiple} already or left as it is "
+        f"({named}{more})"
+    )
+
+
 def pad(
     model: Any, framework: Framework, options: PadOptions, inputs: list[np.ndarray], precision: Precision
 ) -> Padding:
@@ -67,9 +79,7 @@ def pad(
         exported=UNPADDED,
     )
     if plan.empty:
-        return Padding(
-            model, replace(report, reason="nothing to pad: every dimension is already a multiple, or was skipped")
-        )
+        return Padding(model, replace(report, reason=_nothing_to_pad(plan.skipped, options.multiple)))
     padded = apply_padding(functional, framework, plan)
     twin = _float32_twin(functional, framework)
     padded_twin = apply_padding(twin, framework, plan)

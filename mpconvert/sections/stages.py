@@ -78,6 +78,7 @@ def padding_failures(
 
 
 PADDED, UNPADDED = "padded", "unpadded"
+NOTHING_TO_PAD = "nothing to pad"  # how the stage's reason begins when it padded nothing (and proved nothing)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,11 @@ class PaddingReport(Section):
     # The unpadded model's largest |output|: the scale of the tolerances, stored so that the proof's
     # verdict can be derived again from report.json. None when nothing was padded, and in older reports.
     max_abs_ref: float | None = None
+
+    @property
+    def compared(self) -> bool:
+        """Whether a padded model was built and compared: not when the stage had nothing to pad."""
+        return not (self.passed and self.exported != PADDED)
 
     def derived(self, policy: str) -> PaddingReport:
         """The proof's verdict and the model exported, derived from the differences (`padding_failures`).
