@@ -217,6 +217,7 @@ def recheck(stored: dict, options: GateOptions) -> Report:
     from .report import Report
     from .stored import load_baseline
 
-    report = Report.from_json(stored)
+    # Judged on its raw figures: a derived one it stores that they contradict fails the gate.
+    report = Report.read_back(stored)
     baseline = load_baseline(options.baseline, report.measured) if options.baseline else None
     return dataclasses.replace(report, thresholds=report.thresholds.overridden(options, baseline))

@@ -106,6 +106,15 @@ class Overlap:
     share: float  # in_train / validation_rows
     duplicates_within_validation: int
 
+    @classmethod
+    def of(cls, validation_rows: int, train_rows: int, in_train: int, duplicates_within_validation: int) -> Overlap:
+        """The counts, with the share derived from them (as a re-check derives it again: `derived`)."""
+        share = in_train / validation_rows if validation_rows else 0.0
+        return cls(validation_rows, train_rows, in_train, share, duplicates_within_validation)
+
+    def derived(self) -> Overlap:
+        return Overlap.of(self.validation_rows, self.train_rows, self.in_train, self.duplicates_within_validation)
+
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -156,11 +165,10 @@ def overlap_of(validation: Split, train: Split | None) -> Overlap | None:
     seen = set(_row_digests(train))
     digests = _row_digests(validation)
     shared = sum(1 for d in digests if d in seen)
-    return Overlap(
+    return Overlap.of(
         validation_rows=validation.rows,
         train_rows=train.rows,
         in_train=shared,
-        share=shared / validation.rows,
         duplicates_within_validation=validation.rows - len(set(digests)),
     )
 

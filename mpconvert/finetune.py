@@ -31,8 +31,9 @@ from .options import FinetuneOptions
 from .precision import Precision
 from .runners.keras import predict
 from .sections import Finetune, FinetuneKept
+from .sections.validation import worse_by
 from .state import rebuild
-from .validate import metric_value, worse_by
+from .validate import metric_value
 
 # A fresh dynamic loss scale starts at 2**15 and halves on each overflow, so
 # a handful of skipped steps at the start is normal; more than half of all

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
+from .consistency import CONSISTENCY, Consistency
 from .data import Overlap
 from .formats import INPUT_LAYER, units_of
 from .sections import (
@@ -28,8 +29,10 @@ from .sections import (
     Validation,
     native,
 )
+from .sections.stages import NOTHING_TO_PAD
+from .sections.validation import Measured, worse_by
 from .thresholds import Baseline, Thresholds
-from .validate import within, worse_by
+from .validate import within
 
 # rtol by policy and artifact kind, in units of the 16-bit format's rounding
 # error u (float16 2**-11 = 4.9e-4, bfloat16 2**-8 = 3.9e-3):
@@ -108,12 +111,15 @@ class Judged(Protocol):
     def artifacts(self) -> tuple[Artifact, ...]: ...
     @property
     def speed(self) -> SpeedReport | None: ...
+    @property
+    def consistency(self) -> Consistency | None: ...
 
 
 def evaluate(report: Judged, thresholds: Thresholds) -> GateResult:
     """Every check that applies to `report`, in a fixed order."""
     validation = report.validation
-    checks = [_policy_rewrite(report)]
+    checks = [] if report.consistency is None else [check_consistency(report.consistency)]
+    checks.append(_policy_rewrite(report))
     if report.finetune:
         checks.append(_finetune_health(report.finetune))
     checks += validation_checks(validation, thresholds)
@@ -129,10 +135,6 @@ def evaluate(report: Judged, thresholds: Thresholds) -> GateResult:
     if thresholds.min_speedup is not None:
         checks.append(check_speed(report.speed, thresholds.min_speedup))
     return GateResult(tuple(checks), thresholds)
-
-
-# What the metric and agreement checks read: the primary output's figures, or one output's.
-Measured = Validation | OutputValidation
 
 
 def validation_checks(v: Validation, thresholds: Thresholds) -> list[Check]:
@@ -163,6 +165,9 @@ def check_drift(o: OutputValidation) -> Check:
     """An output without labels: compared with the original, failed only by NaN/inf values."""
     drift = "not finite" if o.max_abs_diff is None else f"{o.max_abs_diff:.6f}"
     values = {"max_abs_diff": o.max_abs_diff, "nonfinite_outputs": o.nonfinite_outputs}
+    if not o.rows:
+        # No row ran, so there is no difference to report (0 is what an empty comparison gives).
+        return Check(f"{DRIFT}: {o.name}", True, f"not judged: no labels for output {o.name!r} and no rows", values)
     message = f"no labels for output {o.name!r}: max abs diff {drift} from the float32 model on {o.rows} rows"
     if o.nonfinite_outputs:
         message += (
@@ -190,6 +195,28 @@ def check_overlap(overlap: Overlap | None, tuning: Finetune | None, max_overlap:
         message += "; split the data so that no validation row is a training row, or pass --finetune-steps 0"
     values = {**overlap.to_json(), "max_overlap": max_overlap}
     return Check(OVERLAP, passed, message, values)
+
+
+def check_consistency(found: Consistency) -> Check:
+    """A report read back: its stored derived figures and verdict against what its raw figures give.
+
+    The other checks judge the raw figures either way; this one says
+    whether the report read as mpconvert wrote it.
+    """
+    listed = found.listed()
+    values = {"contradictions": listed, "fields": [c.field for c in found.contradictions]}
+    if found.passed:
+        message = (
+            "every derived figure (drops, shares, totals, ratios, the padding proof) and the stored verdict "
+            "are what the report's raw figures give"
+        )
+        return Check(CONSISTENCY, True, message, values)
+    shown = "; ".join(listed[:4]) + (f"; and {len(listed) - 4} more (see its values)" if len(listed) > 4 else "")
+    message = (
+        f"the report contradicts itself: {shown}. The checks judge the raw figures; use the report.json "
+        "mpconvert wrote, or convert again"
+    )
+    return Check(CONSISTENCY, False, message, values)
 
 
 @dataclass(frozen=True)
@@ -255,10 +282,12 @@ def check_accuracy(v: Measured, max_drop: float) -> Check:
     }
     if v.metric is None:
         passed = nonfinite == 0
-        drift = "n/a" if v.max_abs_diff is None else f"{v.max_abs_diff:.6f}"
+        drift = "not finite" if v.max_abs_diff is None else f"{v.max_abs_diff:.6f}"
         message = (
             f"accuracy not measured: no labelled data, only output drift (max abs diff {drift} "
             f"on {v.rows} generated inputs)"
+            if v.rows
+            else "accuracy not measured: no labelled data, and no rows to compare"
         )
     elif v.drop is None or v.reference is None or v.converted is None:
         # The metric itself is not finite (mse of NaN outputs): stored as null, never within a budget.
@@ -297,8 +326,12 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
     Reports written before the harm fields (no `kept_correct_rows`, read
     back as None) are judged by agreement, as they were then.
     """
-    if v.agreement_rows == 0:
-        message = f"not judged: all {v.rows} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
+    if v.agreement_rows == 0 or not v.rows:
+        message = (
+            f"not judged: all {v.rows} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
+            if v.rows
+            else "not judged: no rows"
+        )
         return Check(AGREEMENT, True, message, {"agreement": None, "rows": 0})
     if v.kept_correct_rows == 0:
         message = (
@@ -350,6 +383,12 @@ def _padding(padding: PaddingReport) -> Check:
     diff = padding.max_abs_diff
     diff_text = "n/a (not finite)" if diff is None else f"{diff:.3g}"
     values = {key: getattr(padding, key) for key in ("multiple", "max_abs_diff", "flops_overhead", "exported")}
+    if not padding.compared:
+        # No padded model was built, so there is no proof to claim: say why, as the stage did.
+        reason = padding.reason or "nothing to pad"
+        if not reason.startswith(NOTHING_TO_PAD):
+            reason = f"{NOTHING_TO_PAD}: {reason}"
+        return Check(PADDING, True, f"{reason}; nothing was compared, the unpadded model was exported", values)
     if padding.passed:
         message = f"padded and unpadded models agree (max abs diff {diff_text}); exported {padding.exported}"
         return Check(PADDING, True, message, values)

@@ -5,19 +5,22 @@ verdict is the gate's (gate.py), evaluated on those sections. JSON appears
 only where a report is written (`to_json`, report.json) or read back
 (`from_json`: `mpconvert check`, `--baseline`), and a report read back is
 the report that was written, so a re-check judges exactly like the run.
-Exit codes live here so that every caller (CLI, tests, batch runs) agrees
-on them.
+A re-check (`read_back`) judges the raw figures, every derived one computed
+again, and fails a report whose stored figures contradict them
+(consistency.py). Exit codes live here so that every caller (CLI, tests,
+batch runs) agrees on them.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .consistency import Consistency, consistency
 from .gate import GateResult, evaluate
 from .schema import SCHEMA_VERSION
 from .sections import (
@@ -93,6 +96,9 @@ class Report:
     artifacts: tuple[Artifact, ...] = ()
     timings: Timings = Timings()
     versions: Versions = field(default_factory=Versions.installed)
+    # A report read back to be judged again (`read_back`): what its stored figures contradict. None for a
+    # report a conversion just made, and for one read back as it was (`from_json`).
+    consistency: Consistency | None = None
 
     @property
     def gate(self) -> GateResult:
@@ -165,8 +171,27 @@ class Report:
             artifacts=tuple(Artifact.from_json(a) for a in stored["artifacts"]),
             timings=Timings.from_json(stored.get("timings") or {}),
             # A report from before the versions were stored: this mpconvert's, as before.
-            **({"versions": Versions.from_json(stored["versions"])} if "versions" in stored else {}),
+            versions=Versions.from_json(stored["versions"]) if "versions" in stored else Versions.installed(),
         )
+
+    def derived(self) -> Report:
+        """This report with every derived figure computed again from the raw ones, by the functions that
+        computed them when it was made (a report a conversion just made is its own `derived()`)."""
+        return replace(
+            self,
+            validation=self.validation.derived(tuple(o.name for o in self.source.outputs)),
+            padding=self.padding.derived(self.policy) if self.padding else None,
+            speed=self.speed.derived() if self.speed else None,
+            slow_kernel=self.slow_kernel.derived() if self.slow_kernel else None,
+            artifacts=tuple(a.derived() for a in self.artifacts),
+        )
+
+    @classmethod
+    def read_back(cls, stored: Mapping[str, Any]) -> Report:
+        """A stored report to judge again: judged on its raw figures, with what its derived ones contradict
+        (the gate's report consistency check)."""
+        derived = cls.from_json(stored).derived()
+        return replace(derived, consistency=consistency(stored, derived.to_json()))
 
     def write_json(self, path: Path, stored: dict | None = None) -> Path:
         """report.json at `path` (`stored`: this report's `to_json()`, when the caller has it already)."""

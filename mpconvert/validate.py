@@ -22,6 +22,7 @@ from .data import DataSource, Overlap, Split, Task, TaskKind
 from .errors import MpconvertError
 from .options import Metric
 from .sections import OutputValidation, Validation
+from .sections.validation import primary_index
 from .stored import load_baseline
 from .thresholds import Thresholds
 
@@ -37,12 +38,6 @@ def within(value: float, limit: float) -> bool:
     # The slack lets a value exactly at its limit pass despite binary
     # rounding (0.96 - 0.95 is 0.010000000000000009).
     return value <= limit + GATE_EPSILON
-
-
-def worse_by(metric: str, before: float, after: float) -> float:
-    """How much worse `after` is than `before`: accuracy falls, mse rises."""
-    # ==, not is: a baseline's metric is the string its report.json holds.
-    return before - after if metric == Metric.ACCURACY else after - before
 
 
 def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None = None) -> Metric:
@@ -169,30 +164,30 @@ def compare_output(
         same = same.reshape(len(same), -1).all(axis=1)
         decisive = decisive_rows(task, reference, resolution)
         found["agreement_rows"] = int(decisive.sum())
-        found["agreement"] = float(np.mean(same[decisive])) if found["agreement_rows"] else None
+        found["agreed"] = int(same[decisive].sum())
         if labels is not None:
             found.update(
                 harm_counts(
                     right_rows(task, reference, labels)[decisive], right_rows(task, converted, labels)[decisive]
                 )
             )
-    ref_value = conv_value = drop = None
+    ref_value = conv_value = None
     if labels is not None:
         # A NaN/inf output makes mse NaN: stored as None (strict JSON has no NaN), and the gate fails it.
         ref_value = _finite(metric_value(metric, task, reference, labels))
         conv_value = _finite(metric_value(metric, task, converted, labels))
-        drop = worse_by(metric, ref_value, conv_value) if ref_value is not None and conv_value is not None else None
+    # The raw figures only: the drop and the shares are derived from them as a re-check derives them.
     return OutputValidation(
         name=name,
         metric=metric if labels is not None else None,
         reference=ref_value,
         converted=conv_value,
-        drop=drop,
+        drop=None,
         max_abs_diff=max_abs_diff([reference], [converted]),
         rows=len(reference),
         nonfinite_outputs=nonfinite,
         **found,
-    )
+    ).derived()
 
 
 def compare(
@@ -212,8 +207,7 @@ def compare(
         compare_output(ref, conv, labels, task, metric, resolution)
         for ref, conv, labels, task, metric in zip(reference, converted, split.labels, tasks, metrics)
     ]
-    labelled = [o for o in outputs if o.metric is not None]
-    primary = labelled[0] if labelled else outputs[0]
+    primary = outputs[primary_index([o.metric for o in outputs])]
     nonfinite = sum(o.nonfinite_outputs for o in outputs)
     by_output = {o.name: o.nonfinite_outputs for o in outputs if o.nonfinite_outputs}
     note = primary.note
@@ -225,36 +219,17 @@ def compare(
             f"the converted model produced {nonfinite} NaN/inf output value(s) ({where}): activations overflow "
             "16 bits; try mixed_bfloat16 or --keep-float32 on the overflowing layers"
         )
-    return Validation(
-        metric=primary.metric,
-        reference=primary.reference,
-        converted=primary.converted,
-        drop=primary.drop,
-        agreement=primary.agreement,
-        agreement_rows=primary.agreement_rows,
-        max_abs_diff=max_abs_diff(reference, converted),
-        data=DataSource(source),
-        rows=split.rows,
-        nonfinite_outputs=nonfinite,
-        nonfinite_by_output=by_output or None,
-        note=note,
-        harmed=primary.harmed,
-        fixed=primary.fixed,
-        kept_correct=primary.kept_correct,
-        kept_correct_rows=primary.kept_correct_rows,
-        outputs=tuple(outputs) if len(outputs) > 1 else None,
-        overlap=overlap,
-    )
+    return Validation.of(outputs, data=DataSource(source), rows=split.rows, note=note, overlap=overlap)
 
 
 def harm_counts(reference_right: np.ndarray, converted_right: np.ndarray) -> dict[str, Any]:
-    """The harm fields (OutputValidation's keywords) from which rows each model got right."""
+    """The harm counts (OutputValidation's keywords) from which rows each model got right; `kept_correct` is
+    derived from them (OutputValidation.derived)."""
     kept_correct_rows = int(reference_right.sum())
     still_right = int((reference_right & converted_right).sum())
     return {
         "harmed": kept_correct_rows - still_right,
         "fixed": int((~reference_right & converted_right).sum()),
-        "kept_correct": still_right / kept_correct_rows if kept_correct_rows else None,
         "kept_correct_rows": kept_correct_rows,
     }
 

@@ -122,6 +122,11 @@ def old_format(report: dict) -> dict:
     report = copy.deepcopy(report)
     for key in HARM_KEYS:
         report["validation"].pop(key)
+    if "gate" in report:
+        # Its verdict as that version stored it, by agreement: a report whose stored gate judged harm
+        # counts it does not hold contradicts itself, and `mpconvert check` fails it as such.
+        judged = Report.from_json(report).to_json()
+        report.update(passed=judged["passed"], gate=judged["gate"])
     return report
 
 
@@ -796,3 +801,57 @@ def test_the_policy_tolerance_tables_cannot_be_changed_by_one_caller():
     thresholds = Thresholds.defaults("mixed_float16")
     thresholds.rtol["onnx"] = 9.0  # a conversion's own copy
     assert Precision.of("mixed_float16").parity_rtol["onnx"] == 0.02
+
+
+# --- checks and lines that claim no comparison that did not run -----------------
+
+
+def test_nothing_to_pad_is_said_with_the_stages_reason():
+    reason = "nothing to pad: every channel dimension is already a multiple of 8"
+    padding = {"multiple": 8, "padded": [], "skipped": [], "passed": True, "exported": "unpadded", "reason": reason}
+    check = checks_of(make_report(padding=padding))["padding proof"]
+    assert check.passed and check.message == f"{reason}; nothing was compared, the unpadded model was exported"
+
+
+def test_drift_and_agreement_without_rows_are_not_judged():
+    from mpconvert.gate import check_drift
+    from mpconvert.sections import OutputValidation
+
+    empty = OutputValidation("boxes", None, None, None, None, max_abs_diff=0.0, rows=0)
+    check = check_drift(empty)
+    assert check.passed and check.message == "not judged: no labels for output 'boxes' and no rows"
+    no_rows = make_report(validation={"rows": 0, "agreement": None, "agreement_rows": None})
+    assert checks_of(no_rows)["agreement"].message == "not judged: no rows"
+    generated = make_report(
+        validation={"metric": None, "reference": None, "converted": None, "drop": None, "max_abs_diff": None}
+    )
+    assert "(max abs diff not finite on 500 generated inputs)" in checks_of(generated)["accuracy gate"].message
+
+
+@pytest.mark.parametrize(
+    "fidelity,line",
+    [
+        (
+            {"rows": 256, "max_abs_diff": 0.0, "limit": 1e-6},
+            "the float32 rebuild reproduces the original (max |diff| 0 <= 1e-06 on 256 rows)",
+        ),
+        (
+            {"rows": 256, "max_abs_diff": 0.5, "limit": 1e-6},
+            "the float32 rebuild differs from the original: max |diff| 0.5 > 1e-06 on 256 rows",
+        ),
+        (
+            {"rows": 256, "max_abs_diff": None, "limit": 1e-6},
+            "the float32 rebuild against the original: max |diff| n/a, limit 0.000001 on 256 rows",
+        ),
+        (
+            {"rows": 0, "max_abs_diff": 0.0, "limit": 1e-6},
+            "the float32 rebuild was not compared with the original: no rows",
+        ),
+    ],
+)
+def test_the_rebuild_line_claims_a_reproduction_only_where_its_figures_show_one(fidelity, line, capsys):
+    from mpconvert.render import render_summary
+
+    report = stored(make_report(fidelity=fidelity))
+    render_summary(report)
+    assert f"  rebuild: {line}\n" in capsys.readouterr().out

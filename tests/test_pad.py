@@ -268,3 +268,40 @@ def test_inspect_shows_what_padding_would_add(tmp_path):
         "predictions_linear": "narrower than the multiple (4 < 8); padding would not pay",
     }
     assert [p.name for p in tmp_path.iterdir()] == ["ln.keras"]
+
+
+def test_a_model_with_nothing_to_pad_says_why_and_claims_no_comparison(tmp_path):
+    import json
+
+    from conftest import invoke
+
+    # 8 inputs and 16 hidden units: multiples of 8 already; 3 classes: too narrow for padding to pay.
+    tiny_models.mlp(keras).save(tmp_path / "mlp.keras")
+    x, y = tiny_models.classification_data(64, 8, 3)
+    np.savez(tmp_path / "data.npz", x=x, y=y)
+    out = tmp_path / "out"
+    args = ("--data", tmp_path / "data.npz", "--out", out, "--export", "savedmodel", "--finetune-steps", "0")
+    result = invoke(tmp_path / "mlp.keras", "--policy", "mixed_float16", *args)
+    assert result.exit_code == 0, result.output
+    reason = (
+        "nothing to pad: every channel dimension is a multiple of 8 already or left as it is "
+        "(predictions_linear units 3: narrower than the multiple (3 < 8); padding would not pay)"
+    )
+    report = json.loads((out / "report.json").read_text())
+    padding = report["padding"]
+    assert padding["padded"] == [] and padding["reason"] == reason
+    assert (padding["passed"], padding["exported"], padding["max_abs_diff"], padding["max_abs_ref"]) == (
+        True,
+        "unpadded",
+        None,
+        None,
+    )
+    (check,) = [c for c in report["gate"]["checks"] if c["name"] == "padding proof"]
+    said = f"{reason}; nothing was compared, the unpadded model was exported"
+    assert check["passed"] and check["message"] == said
+    # The terminal, report.html and a re-check say the same, and none claims the models agree.
+    assert f"pass padding proof: {said}" in result.output and "agree (max abs diff n/a" not in result.output
+    page = (out / "report.html").read_text()
+    assert "No padded model was built, so none was compared" in page and "proof passed" not in page
+    again = invoke("check", out)
+    assert again.exit_code == 0 and f"pass padding proof: {said}" in again.output

@@ -544,7 +544,8 @@ def test_the_summary_line_for_speed_and_memory(capsys):
 
 @pytest.mark.parametrize("min_speedup,code", [("1.2", 0), ("1.7", 3)])
 def test_check_re_applies_min_speedup_from_the_report(tmp_path, min_speedup, code):
-    content = stored(make_report(validation={"drop": 0.0}), thresholds())
+    # A drop of 0 is no change in accuracy (a stored drop its figures contradict fails the re-check).
+    content = stored(make_report(validation={"converted": 0.962, "drop": 0.0}), thresholds())
     content["speed"] = SPEED_SECTION
     path = write(tmp_path / "report.json", content)
     result = CliRunner().invoke(cli, ["check", str(path), "--min-speedup", min_speedup, "--json"])
@@ -554,7 +555,9 @@ def test_check_re_applies_min_speedup_from_the_report(tmp_path, min_speedup, cod
 
 
 def test_check_min_speedup_on_a_report_without_speed_fails(tmp_path):
-    path = write(tmp_path / "report.json", stored(make_report(validation={"drop": 0.0}), thresholds()))
+    path = write(
+        tmp_path / "report.json", stored(make_report(validation={"converted": 0.962, "drop": 0.0}), thresholds())
+    )
     result = CliRunner().invoke(cli, ["check", str(path), "--min-speedup", "1.2"])
     assert result.exit_code == 3, result.output
     assert "FAIL speed: speed was not measured" in result.output

@@ -15,7 +15,8 @@ from ..gate import layer_counts
 from ..report import EXIT_FAILED, EXIT_GATE, EXIT_OK
 from ..schema import SCHEMA_VERSION, check_version
 from ..sections import Layer
-from ..validate import within, worse_by
+from ..sections.validation import worse_by
+from ..validate import within
 from ..writing import replace_atomically
 
 BATCH_NAME = "batch.json"

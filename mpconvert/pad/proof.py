@@ -14,6 +14,7 @@ from ..options import PadOptions
 from ..precision import SIXTEEN_BIT, Precision
 from ..runners.keras import forward
 from ..sections import PaddingReport
+from ..sections.stages import NOTHING_TO_PAD, PADDED, UNPADDED, padding_failures
 from ..state import rebuild
 from ..validate import max_abs_diff
 from .apply import apply_padding
@@ -50,6 +51,18 @@ def _float32_twin(model: Any, framework: Framework) -> Any:
     return rebuild(framework, model, config)
 
 
+def _nothing_to_pad(skipped: tuple[dict, ...], multiple: int) -> str:
+    """Why the plan padded nothing: every dimension a multiple already, or left as it is with its reason."""
+    if not skipped:
+        return f"{NOTHING_TO_PAD}: every channel dimension is already a multiple of {multiple}"
+    named = "; ".join(f"{s['layer']} {s['dim']} {s['from']}: {s['reason']}" for s in skipped[:3])
+    more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return (
+        f"{NOTHING_TO_PAD}: every channel dimension is a multiple of {multiple} already or left as it is "
+        f"({named}{more})"
+    )
+
+
 def pad(
     model: Any, framework: Framework, options: PadOptions, inputs: list[np.ndarray], precision: Precision
 ) -> Padding:
@@ -63,27 +76,22 @@ def pad(
         skipped=plan.skipped,
         flops_overhead=round(plan.flops_overhead, 6),
         tolerance={"float32": TOLERANCE_FLOAT32, precision.name: precision.pad_tolerance},
-        exported="unpadded",
+        exported=UNPADDED,
     )
     if plan.empty:
-        return Padding(
-            model, replace(report, reason="nothing to pad: every dimension is already a multiple, or was skipped")
-        )
+        return Padding(model, replace(report, reason=_nothing_to_pad(plan.skipped, options.multiple)))
     padded = apply_padding(functional, framework, plan)
     twin = _float32_twin(functional, framework)
     padded_twin = apply_padding(twin, framework, plan)
     exact = max_abs_diff(forward(twin, inputs), forward(padded_twin, inputs))
     reference = forward(functional, inputs)
     sixteen = max_abs_diff(reference, forward(padded, inputs))
-    scale = max(1.0, max(float(np.abs(r).max(initial=0.0)) for r in reference))
-    report = replace(report, float32_max_abs_diff=exact, max_abs_diff=sixteen)
-    failures = []
-    if exact is None or exact > TOLERANCE_FLOAT32 * scale:
-        failures.append(f"float32 outputs differ by {exact} (> {TOLERANCE_FLOAT32 * scale:g})")
-    if sixteen is None or sixteen > precision.pad_tolerance * scale:
-        failures.append(f"{precision.name} outputs differ by {sixteen} (> {precision.pad_tolerance * scale:g})")
+    largest = max(float(np.abs(r).max(initial=0.0)) for r in reference)
+    report = replace(report, float32_max_abs_diff=exact, max_abs_diff=sixteen, max_abs_ref=largest)
+    assert report.tolerance is not None
+    failures = padding_failures(exact, sixteen, report.tolerance, precision.name, largest)
     if failures:
         return Padding(
             model, replace(report, passed=False, reason="padding changed the outputs: " + "; ".join(failures))
         )
-    return Padding(padded, replace(report, exported="padded"))
+    return Padding(padded, replace(report, exported=PADDED))

@@ -85,10 +85,7 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
         console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
     fidelity = report.get("fidelity")
     if fidelity:
-        console.print(
-            f"  rebuild: the float32 rebuild reproduces the original (max |diff| "
-            f"{fidelity['max_abs_diff']:.3g} <= {fidelity['limit']:.3g} on {fidelity['rows']} rows)"
-        )
+        console.print(f"  rebuild: {escape(fidelity_line(fidelity, report['source'].get('format')))}")
     _render_auto_keep(console, report.get("auto_keep") or {})
     if report["finetune"]:
         _render_finetune(console, report["finetune"])
@@ -143,6 +140,22 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
     else:
         failed = ", ".join(check["name"] for check in gate["checks"] if not check["passed"])
         console.print(f"[bold red]FAILED[/]: {failed} (exit code {EXIT_GATE})")
+
+
+def fidelity_line(fidelity: dict, model_format: str | None) -> str:
+    """What the float32 proof found, from its figures: it claims a reproduction only where they show one."""
+    what = "the frozen graph" if model_format == "graph" else "the float32 rebuild"
+    of = "the SavedModel's signature" if model_format == "graph" else "the original"
+    diff, limit, rows = fidelity.get("max_abs_diff"), fidelity.get("limit"), fidelity.get("rows")
+    if not rows:
+        return f"{what} was not compared with {of}: no rows"
+    if diff is None or limit is None:
+        return (
+            f"{what} against {of}: max |diff| {format_number(diff, 6)}, limit {format_number(limit, 6)} on {rows} rows"
+        )
+    if diff > limit:
+        return f"{what} differs from {of}: max |diff| {diff:.3g} > {limit:.3g} on {rows} rows"
+    return f"{what} reproduces {of} (max |diff| {diff:.3g} <= {limit:.3g} on {rows} rows)"
 
 
 def parity_limits(gate: dict) -> dict[str, float | None]:

@@ -23,6 +23,7 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from ..formats import units_of
 from ..gate import PARITY
+from ..sections import PaddingReport
 from ..writing import replace_atomically
 from . import describe_source, parity_limits, speed_line
 from .common import format_bytes, format_number, layer_counts_of
@@ -272,6 +273,8 @@ def report_page(report: dict) -> str:
             speed=_speed(report),
             finetune=_finetune(report),
             padding=report.get("padding"),
+            # Nothing padded: no proof ran, and the page must not claim one.
+            padding_compared=bool(report.get("padding")) and PaddingReport.from_json(report["padding"]).compared,
             artifacts=_artifacts(report),
             timings=timings,
             timing_chart=bar_chart("seconds per stage", [(k, v, "time") for k, v in timings.items()])

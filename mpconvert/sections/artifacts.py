@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..options import ArtifactKind
@@ -20,6 +20,15 @@ class ArtifactOutput(Section):
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> ArtifactOutput:
         return cls(**known(cls, stored))
+
+
+def overall(outputs: Iterable[ArtifactOutput]) -> ArtifactOutput:
+    """Every output of an artifact at once: the largest difference (None when any is not finite) and |output|."""
+    found = list(outputs)
+    diffs = [o.max_abs_diff for o in found if o.max_abs_diff is not None]
+    refs = [o.max_abs_ref for o in found if o.max_abs_ref is not None]
+    finite = len(diffs) == len(found)
+    return ArtifactOutput(max(diffs, default=0.0) if finite else None, max(refs, default=None))
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,13 @@ class Artifact(Section):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", member(ArtifactKind, self.kind))
+
+    def derived(self) -> Artifact:
+        """With several outputs, the artifact's own figures are those of all its outputs together (`overall`)."""
+        if not self.outputs:
+            return self
+        whole = overall(self.outputs.values())
+        return replace(self, max_abs_diff=whole.max_abs_diff, max_abs_ref=whole.max_abs_ref)
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Artifact:

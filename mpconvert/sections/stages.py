@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -59,6 +59,28 @@ class Finetune(Section):
         )
 
 
+def padding_failures(
+    float32_diff: float | None, diff: float | None, tolerance: Mapping[str, float], policy: str, max_abs_ref: float
+) -> list[str]:
+    """Why a padded model is not the unpadded one (none: the proof holds).
+
+    The tolerances are relative to the outputs' scale (their largest
+    |value|, at least 1): float32 must agree to rounding, the policy to its
+    16-bit kernels' rounding.
+    """
+    scale = max(1.0, max_abs_ref)
+    failures = []
+    for what, found in (("float32", float32_diff), (policy, diff)):
+        limit = tolerance[what] * scale
+        if found is None or found > limit:
+            failures.append(f"{what} outputs differ by {found} (> {limit:g})")
+    return failures
+
+
+PADDED, UNPADDED = "padded", "unpadded"
+NOTHING_TO_PAD = "nothing to pad"  # how the stage's reason begins when it padded nothing (and proved nothing)
+
+
 @dataclass(frozen=True)
 class PaddingReport(Section):
     """What the padding stage padded, skipped and proved; `exported` says which model the artifacts hold."""
@@ -74,6 +96,30 @@ class PaddingReport(Section):
     passed: bool = True
     exported: str | None = None  # "padded" or "unpadded"
     reason: str | None = None  # why nothing was padded, or why the proof failed
+    # The unpadded model's largest |output|: the scale of the tolerances, stored so that the proof's
+    # verdict can be derived again from report.json. None when nothing was padded, and in older reports.
+    max_abs_ref: float | None = None
+
+    @property
+    def compared(self) -> bool:
+        """Whether a padded model was built and compared: not when the stage had nothing to pad."""
+        return not (self.passed and self.exported != PADDED)
+
+    def derived(self, policy: str) -> PaddingReport:
+        """The proof's verdict and the model exported, derived from the differences (`padding_failures`).
+
+        Nothing padded: nothing to compare, the unpadded model exported. A
+        report written before `max_abs_ref` keeps its verdict as written.
+        """
+        if not self.padded:
+            return replace(self, passed=True, exported=UNPADDED)
+        passed = self.passed
+        tolerance = self.tolerance or {}
+        if self.max_abs_ref is not None and "float32" in tolerance and policy in tolerance:
+            passed = not padding_failures(
+                self.float32_max_abs_diff, self.max_abs_diff, tolerance, policy, self.max_abs_ref
+            )
+        return replace(self, passed=passed, exported=PADDED if passed else UNPADDED)
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> PaddingReport:

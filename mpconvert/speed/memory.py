@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from ..sections.speed import memory_ratio
 from ..signature import Signature, signature_of
 from ..trace import graph_of, is_container, nodes
 
@@ -83,7 +84,7 @@ def activation_memory(
         "batch": batch,
         "float32_bytes": f32,
         "converted_bytes": conv,
-        "ratio": conv / f32 if f32 else None,
+        "ratio": memory_ratio(f32, conv),
         "method": method,
         "unknown_layers": unknown,
     }

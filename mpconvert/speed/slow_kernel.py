@@ -28,6 +28,7 @@ import time
 
 from ..runners.base import Runner
 from ..sections import KernelProbe, SlowKernel
+from ..sections.speed import slower_of
 
 # A 16-bit model this many times slower than float32 on one batch has hit a
 # broken kernel: no missing speed-up costs more than 2-3x.
@@ -74,13 +75,12 @@ def probe(original: Runner, converted: Runner, inputs: list) -> KernelProbe:
         run()
         timed[name] = (time.perf_counter() - start) * 1000
     float32_ms, converted_ms = round(timed["float32"], 3), round(timed["converted"], 3)
-    # The ratio of the rounded figures, to 3 significant digits: two decimals
-    # read a 0.2056x probe as 0.21x, 2% off the figures beside it.
+    # The ratio of the rounded figures, the ones the report stores, so that a re-check derives the same.
     return KernelProbe(
         rows=len(inputs[0][:PROBE_ROWS]),
         float32_ms=float32_ms,
         converted_ms=converted_ms,
-        slower=float(f"{converted_ms / float32_ms:.3g}") if float32_ms > 0 else None,
+        slower=slower_of(float32_ms, converted_ms),
     )
 
 
