@@ -204,6 +204,7 @@ def compare(
     source: str,
     resolution: float = 0.0,
     overlap: Overlap | None = None,
+    unread_keys: tuple[str, ...] = (),
 ) -> Validation:
     """Compare every output on one split (`compare_output`); the top-level fields are the primary output's."""
     tasks = (tasks,) if isinstance(tasks, Task) else tasks
@@ -244,6 +245,7 @@ def compare(
         kept_correct_rows=primary.kept_correct_rows,
         outputs=tuple(outputs) if len(outputs) > 1 else None,
         overlap=overlap,
+        unread_keys=unread_keys or None,
     )
 
 
@@ -274,6 +276,7 @@ def judge(context: Context, reference: list[np.ndarray], converted: list[np.ndar
         context.data.source,
         context.precision.resolution,
         context.data.overlap,
+        context.data.unread_keys,
     )
 
 

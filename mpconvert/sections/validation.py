@@ -67,6 +67,8 @@ class Validation(Section):
     outputs: tuple[OutputValidation, ...] | None = None
     # Validation rows that also appear in the training split; None without one.
     overlap: Overlap | None = None
+    # The data file's keys that are neither inputs nor labels of this model (not read); None when none.
+    unread_keys: tuple[str, ...] | None = None
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Validation:
@@ -74,6 +76,7 @@ class Validation(Section):
         found = known(cls, stored)
         outputs = found["outputs"]
         overlap = found["overlap"]
+        unread = found["unread_keys"]
         return cls(
             **{
                 **found,
@@ -81,6 +84,7 @@ class Validation(Section):
                 "data": member(DataSource, found["data"]),
                 "outputs": None if outputs is None else tuple(OutputValidation.from_json(o) for o in outputs),
                 "overlap": None if overlap is None else Overlap.from_json(overlap),
+                "unread_keys": None if unread is None else tuple(unread),
             }
         )
 
