@@ -126,7 +126,7 @@ class EvalData:
     source: DataSource
     path: str | None = None
     overlap: Overlap | None = None  # validation rows also in training (see `overlap_of`); None without a train split
-    unread_keys: tuple[str, ...] = ()  # the data file's keys no stage reads (see `unread_keys`)
+    unread_keys: tuple[str, ...] = ()  # the data file's keys no stage reads (see `unread_keys_of`)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", DataSource(self.source))  # a plain string from a caller
@@ -195,7 +195,7 @@ def _input_key_choices(signature: Signature, suffix: str) -> list[tuple[str, ...
     return [("x" + suffix, name + suffix)]
 
 
-def readable_keys(signature: Signature) -> list[str]:
+def _readable_keys(signature: Signature) -> list[str]:
     """Every key a data file may hold for this model: inputs and labels, then their training split."""
     return [
         key
@@ -224,7 +224,7 @@ def _misspelt(key: str, known: list[str]) -> str | None:
     return near[0] if near else None
 
 
-def unread_keys(where: str, keys: Iterable[str], signature: Signature) -> tuple[str, ...]:
+def unread_keys_of(where: str, keys: Iterable[str], signature: Signature) -> tuple[str, ...]:
     """The data file's keys that are neither inputs nor labels of this model; a misspelt one is refused.
 
     Labels may be left out, so a misspelt label key (`y_class` for output
@@ -235,7 +235,7 @@ def unread_keys(where: str, keys: Iterable[str], signature: Signature) -> tuple[
     has an `ink` output, notes kept beside the data) is not read, and is
     returned for the report and the summary to name.
     """
-    known = readable_keys(signature)
+    known = _readable_keys(signature)
     unread = [key for key in keys if key not in known]
     several = len(signature.outputs) > 1
     plain = [key for key in unread if key in ("y", "y" + TRAIN)]
@@ -294,7 +294,7 @@ def resolve_data(spec: Any, signature: Signature, tasks: tuple[Task, ...] | Task
             return load_callable(spec, signature, tasks)
         path = Path(spec)
         with open_npz(path) as arrays:  # lists the keys from the zip directory, reading no data
-            unread = unread_keys(f"data file {path}", arrays, signature)
+            unread = unread_keys_of(f"data file {path}", arrays, signature)
         return dataclasses.replace(load_npz(path, signature, tasks), unread_keys=unread)
     train, validation = _train_and_validation(spec)
     return _from_parts("data", train, validation, signature, tasks, DataSource.ARRAYS)
@@ -319,7 +319,7 @@ def _train_and_validation(spec: Any) -> tuple[Any, Any]:
 
 
 def load_npz(path: Path, signature: Signature, tasks: tuple[Task, ...] | Task) -> EvalData:
-    """The model's arrays from an .npz; a member the model does not read is never read (nor judged: see unread_keys)."""
+    """The model's arrays from an .npz; a member the model does not read is never read (nor judged: see unread_keys_of)."""
     tasks = (tasks,) if isinstance(tasks, Task) else tasks
     with open_npz(path) as arrays:
         try:
@@ -339,7 +339,7 @@ def _eval_data(
     origin: str | None,
 ) -> EvalData:
     validation = _split(where, arrays, signature, tasks, "", required=True)
-    train = _split(where, arrays, signature, tasks, "_train", required=False)
+    train = _split(where, arrays, signature, tasks, TRAIN, required=False)
     return EvalData(validation, train, source, origin, overlap_of(validation, train))
 
 
@@ -395,7 +395,7 @@ def _from_parts(
     if validation is None:
         raise MpconvertError(f"{where} has no validation data", hint="give (train, validation); train may be None")
     arrays: dict[str, np.ndarray] = {}
-    for part, suffix in ((train, "_train"), (validation, "")):
+    for part, suffix in ((train, TRAIN), (validation, "")):
         if part is None:
             continue
         x, y = _materialize(where, part, signature, suffix)
