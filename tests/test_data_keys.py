@@ -74,6 +74,7 @@ def test_the_correctly_spelt_file_scores_both_labelled_outputs_and_names_a_key_i
     assert result.exit_code == 0, result.output
     assert report_of(out)["validation"]["unread_keys"] == ["y_ink"]
     assert "warning: not read: 'y_ink'" in result.output
+    assert "not read: y_ink, neither inputs nor labels" in (out / "report.html").read_text()
     outputs = {o["name"]: o for o in report_of(out)["validation"]["outputs"]}
     assert outputs["cls"]["metric"] == "accuracy" and outputs["cls"]["reference"] > 0.9
     assert outputs["boxes"]["metric"] == "mse"
