@@ -1,20 +1,24 @@
 """Labelled data from an `.npz` file, checked against the model before use.
 
-Format: `x` and `y` for a single-input, single-output model; for several
-inputs one array per input, named after the input; for several outputs one
-label array per output, `y_<output name>`, any of which may be left out (an
-unlabelled output is compared with the original, not scored). Optional
-`x_train`/`y_train` (or `<input>_train`, `y_<output>_train`) are training
-splits for fine-tuning. Every problem is reported with the key and the
+Format: `x` (or the input's own name) and `y` for a single-input,
+single-output model; for several inputs one array per input, named after the
+input; for several outputs one label array per output, `y_<output name>`, any
+of which may be left out (an unlabelled output is compared with the original,
+not scored). Optional `x_train`/`y_train` (or `<input>_train`,
+`y_<output>_train`) are training splits for fine-tuning. A key that
+misspells one of those is refused (a misspelt label key would otherwise
+leave its output unscored without a word); any other key is not read, and
+the report names it. Every problem is reported with the key and the
 expected shape, before anything is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -131,6 +135,7 @@ class EvalData:
     source: DataSource
     path: str | None = None
     overlap: Overlap | None = None  # validation rows also in training (see `overlap_of`); None without a train split
+    unread_keys: tuple[str, ...] = ()  # the data file's keys no stage reads (see `unread_keys_of`)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", DataSource(self.source))  # a plain string from a caller
@@ -173,10 +178,110 @@ def overlap_of(validation: Split, train: Split | None) -> Overlap | None:
     )
 
 
+TRAIN = "_train"  # the suffix of every key of the training split
+
+
 def input_keys(signature: Signature, suffix: str = "") -> list[str]:
-    if len(signature.inputs) == 1:
-        return ["x" + suffix]
-    return [spec.name + suffix for spec in signature.inputs]
+    """Each input's first-choice key: `x` for one input, the input's name for several."""
+    return [choices[0] for choices in _input_key_choices(signature, suffix)]
+
+
+def _input_key_choices(signature: Signature, suffix: str) -> list[tuple[str, ...]]:
+    """The keys each input may be read from.
+
+    A single input is `x` or its own name (a graph-level model's data is keyed
+    by the signature's input names, and a user who knows the name writes it);
+    the name is left out where it would read as another key (an input named
+    `y`, or `x_train`).
+    """
+    if len(signature.inputs) > 1:
+        return [(spec.name + suffix,) for spec in signature.inputs]
+    name = signature.inputs[0].name
+    taken = {"x", "x" + TRAIN, *label_keys(signature), *label_keys(signature, TRAIN)}
+    if name in taken or name + TRAIN in taken:
+        return [("x" + suffix,)]
+    return [("x" + suffix, name + suffix)]
+
+
+def _readable_keys(signature: Signature) -> list[str]:
+    """Every key a data file may hold for this model: inputs and labels, then their training split."""
+    return [
+        key
+        for suffix in ("", TRAIN)
+        for key in [k for choices in _input_key_choices(signature, suffix) for k in choices]
+        + label_keys(signature, suffix)
+    ]
+
+
+def _did_you_mean(key: str, known: Iterable[str]) -> str:
+    near = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def _misspelt(key: str, known: list[str]) -> str | None:
+    """The key the model reads that `key` is close to (difflib), else None.
+
+    A training-split key is compared by its stem: `y_ink_train` and
+    `y_odd_train` share `_train`, which alone makes difflib call them close.
+    """
+    if key.endswith(TRAIN) and key != TRAIN:
+        stems = [k.removesuffix(TRAIN) for k in known if k.endswith(TRAIN)]
+        near = difflib.get_close_matches(key.removesuffix(TRAIN), stems, n=1)
+        return near[0] + TRAIN if near else None
+    near = difflib.get_close_matches(key, known, n=1)
+    return near[0] if near else None
+
+
+def unread_keys_of(where: str, keys: Iterable[str], signature: Signature) -> tuple[str, ...]:
+    """The data file's keys that are neither inputs nor labels of this model; a misspelt one is refused.
+
+    Labels may be left out, so a misspelt label key (`y_class` for output
+    `cls`) would pass unseen: its output silently gets only a drift check.
+    A key close to one the model reads, and plain `y` for a model with
+    several outputs, is therefore refused, naming the key it was probably
+    meant to be. Any other key (`y_ink` in a file shared with a model that
+    has an `ink` output, notes kept beside the data) is not read, and is
+    returned for the report and the summary to name.
+    """
+    known = _readable_keys(signature)
+    unread = [key for key in keys if key not in known]
+    several = len(signature.outputs) > 1
+    plain = [key for key in unread if key in ("y", "y" + TRAIN)]
+    if several and plain:
+        raise MpconvertError(
+            f"{where} has key {plain[0]!r}, but the model has {len(signature.outputs)} outputs, so its labels "
+            "are named after them",
+            hint=f"rename {plain[0]!r} to the key of the output it labels: "
+            f"{', '.join(label_keys(signature, plain[0].removeprefix('y')))} (any may be left out)",
+        )
+    misspelt = {key: near for key in unread if (near := _misspelt(key, known))}
+    if misspelt:
+        named = ", ".join(f"{key!r} (did you mean {near!r}?)" for key, near in misspelt.items())
+        inputs = " or ".join(_input_key_choices(signature, "")[0]) if len(signature.inputs) == 1 else None
+        reads = ", ".join([inputs] if inputs else input_keys(signature)) + ", " + ", ".join(label_keys(signature))
+        one = len(misspelt) == 1
+        raise MpconvertError(
+            f"{where} has {'key' if one else 'keys'} {named}, which this model does not read: "
+            "neither an input nor a label",
+            hint=f"rename {'it' if one else 'them'}; this model reads {reads}"
+            + (" (labels may be left out)" if several else "")
+            + f", and the same keys with {TRAIN} for a training split",
+        )
+    return tuple(unread)
+
+
+def _pick_input_keys(where: str, keys: Collection[str], signature: Signature, suffix: str) -> list[str]:
+    """The key each input is read from: the one of its choices that is present, else its first choice."""
+    picked = []
+    for choices in _input_key_choices(signature, suffix):
+        present = [key for key in choices if key in keys]
+        if len(present) > 1:
+            raise MpconvertError(
+                f"{where} gives the model's one input twice, as {present[0]!r} and as {present[1]!r}",
+                hint=f"keep one of them: {' and '.join(map(repr, present))} name the same input",
+            )
+        picked.append(present[0] if present else choices[0])
+    return picked
 
 
 def resolve_data(spec: Any, signature: Signature, tasks: tuple[Task, ...] | Task) -> EvalData | None:
@@ -195,7 +300,10 @@ def resolve_data(spec: Any, signature: Signature, tasks: tuple[Task, ...] | Task
     if isinstance(spec, (str, Path)):
         if isinstance(spec, str) and is_callable_spec(spec):
             return load_callable(spec, signature, tasks)
-        return load_npz(Path(spec), signature, tasks)
+        path = Path(spec)
+        with open_npz(path) as arrays:  # lists the keys from the zip directory, reading no data
+            unread = unread_keys_of(f"data file {path}", arrays, signature)
+        return dataclasses.replace(load_npz(path, signature, tasks), unread_keys=unread)
     train, validation = _train_and_validation(spec)
     return _from_parts("data", train, validation, signature, tasks, DataSource.ARRAYS)
 
@@ -219,6 +327,7 @@ def _train_and_validation(spec: Any) -> tuple[Any, Any]:
 
 
 def load_npz(path: Path, signature: Signature, tasks: tuple[Task, ...] | Task) -> EvalData:
+    """The model's arrays from an .npz; a member the model does not read is never read (nor judged: see unread_keys_of)."""
     tasks = (tasks,) if isinstance(tasks, Task) else tasks
     with open_npz(path) as arrays:
         try:
@@ -238,7 +347,7 @@ def _eval_data(
     origin: str | None,
 ) -> EvalData:
     validation = _split(where, arrays, signature, tasks, "", required=True)
-    train = _split(where, arrays, signature, tasks, "_train", required=False)
+    train = _split(where, arrays, signature, tasks, TRAIN, required=False)
     return EvalData(validation, train, source, origin, overlap_of(validation, train))
 
 
@@ -294,7 +403,7 @@ def _from_parts(
     if validation is None:
         raise MpconvertError(f"{where} has no validation data", hint="give (train, validation); train may be None")
     arrays: dict[str, np.ndarray] = {}
-    for part, suffix in ((train, "_train"), (validation, "")):
+    for part, suffix in ((train, TRAIN), (validation, "")):
         if part is None:
             continue
         x, y = _materialize(where, part, signature, suffix)
@@ -336,14 +445,21 @@ def _per_output(spec: str, y, signature: Signature, which: str) -> list[np.ndarr
     names = [s.name for s in signature.outputs]
     if len(names) == 1:
         if isinstance(y, dict):
-            y = y.get(names[0], next(iter(y.values()), None)) if len(y) == 1 else y.get(names[0])
+            if len(y) > 1:  # one output reads one array: every other key would be dropped unread
+                raise MpconvertError(
+                    f"{spec}: the {which} labels have keys {', '.join(map(repr, y))}, but the model has one "
+                    f"output, {names[0]!r}",
+                    hint=f"give its labels as an array, or as a dict with the one key {names[0]!r}",
+                )
+            y = next(iter(y.values()), None)
         return [None if y is None else np.asarray(y)]
     if isinstance(y, dict):
         unknown = [k for k in y if k not in names]
         if unknown:
             raise MpconvertError(
-                f"{spec}: the {which} labels name an output {unknown[0]!r} the model does not have",
-                hint=f"key the labels by output name: {', '.join(names)}",
+                f"{spec}: the {which} labels name an output {unknown[0]!r} the model does not have"
+                + _did_you_mean(str(unknown[0]), names),
+                hint=f"key the labels by output name: {', '.join(names)} (any may be left out)",
             )
         return [None if y.get(n) is None else np.asarray(y[n]) for n in names]
     if isinstance(y, (list, tuple)) and len(y) == len(names):
@@ -359,13 +475,22 @@ def _per_output(spec: str, y, signature: Signature, which: str) -> list[np.ndarr
 def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarray]:
     names = [s.name for s in signature.inputs]
     if isinstance(x, dict):
-        missing = [n for n in names if n not in x]
+        known = [key for choices in _input_key_choices(signature, "") for key in choices]
+        unknown = [k for k in x if k not in known]
+        if unknown:
+            raise MpconvertError(
+                f"{spec}: the {which} inputs have a key {unknown[0]!r}{_did_you_mean(str(unknown[0]), known)}, "
+                "which is not an input of the model",
+                hint=f"name the inputs {', '.join(names)}",
+            )
+        keys = _pick_input_keys(f"{spec}: the {which} inputs", x, signature, "")
+        missing = [k for k in keys if k not in x]
         if missing:
             raise MpconvertError(
                 f"{spec}: the {which} inputs have no {missing[0]!r} (they have {', '.join(map(str, x))})",
                 hint=f"name the inputs {', '.join(names)}",
             )
-        return [np.asarray(x[n]) for n in names]
+        return [np.asarray(x[k]) for k in keys]
     if isinstance(x, (list, tuple)) and len(names) > 1:
         return [np.asarray(a) for a in x]
     return [np.asarray(x)]
@@ -401,13 +526,15 @@ def _split(
     suffix: str,
     required: bool,
 ) -> Split | None:
-    keys = input_keys(signature, suffix)
+    choices = _input_key_choices(signature, suffix)
+    keys = _pick_input_keys(where, arrays, signature, suffix)
     labels_at = label_keys(signature, suffix)
     several = len(labels_at) > 1
     present = [k for k in keys + labels_at if k in arrays]
     if not present and not required:
         return None
-    expected = ", ".join(f"{k} {s.describe()}" for k, s in zip(keys, signature.inputs))
+    either = {c[0]: " or ".join(c) for c in choices}  # "x or pixels": a single input's two keys
+    expected = ", ".join(f"{either[c[0]]} {s.describe()}" for c, s in zip(choices, signature.inputs))
     wanted = f"labels {labels_at[0]} with one row per sample" if not several else "labels " + ", ".join(labels_at)
     missing = [k for k in keys if k not in arrays] + ([] if several else [k for k in labels_at if k not in arrays])
     if several and not any(k in arrays for k in labels_at):
@@ -421,7 +548,8 @@ def _split(
                 f"the model has {len(labels_at)} outputs, so its labels are named after them "
                 f"({', '.join(labels_at)}; any may be left out), not {plain!r}"
             )
-        raise MpconvertError(f"{where} has no key {missing[0]!r} ({found})", hint=hint)
+        also = "".join(f" or {k!r}" for k in next((c[1:] for c in choices if c[0] == missing[0]), ()))
+        raise MpconvertError(f"{where} has no key {missing[0]!r}{also} ({found})", hint=hint)
     inputs = tuple(_check_input(where, key, arrays[key], spec) for key, spec in zip(keys, signature.inputs))
     labels = tuple(
         _check_labels(where, key, arrays[key], task) if key in arrays else None for key, task in zip(labels_at, tasks)

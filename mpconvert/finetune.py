@@ -22,7 +22,7 @@ import numpy as np
 
 from .configs import model_config
 from .context import Context
-from .data import Task, TaskKind, sigmoid_units
+from .data import Task, TaskKind
 from .errors import MpconvertError
 from .frameworks import Framework
 from .hooks import StepCallback
@@ -98,23 +98,58 @@ def saved_loss_for(saved: Any, index: int, name: str) -> Any:
     return saved
 
 
-def training_labels(task: Task, labels: np.ndarray, loss_name: str) -> np.ndarray:
-    """An output's training labels as its loss compares them with the output.
+def takes_class_ids(name: str, loss: Any = None) -> bool:
+    """Whether the loss `name` (the function `loss`) compares class ids (n,) with the output, as sparse losses do.
 
-    Class ids for a Dense(k > 1, "sigmoid") output (scored by argmax) become
-    one-hot rows for any loss but a sparse one: binary cross-entropy, the
-    default for sigmoid units, compares every unit with a 0/1 target, and
-    (n,) ids against (n, k) outputs would broadcast into a meaningless loss.
-    There are no logits to give a sparse softmax loss instead: the model ends
-    in the sigmoid.
+    Every other Keras loss (categorical or binary cross-entropy, KL
+    divergence, mse, hinge) compares rows shaped like the output. The name
+    is looked for wherever the two frameworks keep it: the identifier
+    ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy"), a
+    Loss object's `name` and wrapped `fn`, a function's `__name__`.
     """
-    if (
-        task.kind is not TaskKind.SIGMOID
-        or task.scored_by(labels).kind is not TaskKind.SOFTMAX
-        or "sparse" in loss_name
-    ):
+    wrapped = getattr(loss, "fn", None)
+    names = [name, getattr(loss, "name", ""), getattr(loss, "__name__", ""), type(loss).__name__]
+    names += [getattr(wrapped, "__name__", ""), type(wrapped).__name__]
+    return any("sparse" in str(n).lower() for n in names)
+
+
+def _one_hot_rows(labels: np.ndarray) -> bool:
+    return (
+        labels.ndim == 2 and labels.shape[1] > 1 and bool(np.isin(labels, (0, 1)).all() and (labels.sum(1) == 1).all())
+    )
+
+
+def training_labels(task: Task, labels: np.ndarray, loss_name: str, loss: Any = None) -> np.ndarray:
+    """An output's training labels in the form its loss compares with the output.
+
+    The checked labels are class ids (n,) for a softmax output and for a
+    Dense(k > 1, "sigmoid") output labelled with ids (scored by argmax),
+    whether the file held ids or one-hot rows; every other output's are
+    shaped like the output. A sparse loss takes ids, any other loss rows
+    shaped like the output: categorical cross-entropy saved with a softmax
+    classifier gets the ids one-hot, and so does binary cross-entropy for
+    sigmoid units ((n,) ids against (n, k) outputs would broadcast into a
+    meaningless loss); a sparse loss on an output scored by its values (a
+    logits head saved with SparseCategoricalCrossentropy(from_logits=True))
+    gets one-hot rows back as ids. Labels a sparse loss cannot take
+    (multi-label rows, regression targets) are refused, naming the output,
+    the loss and the labels' shape.
+    """
+    ids = labels.ndim == 1 and task.scored_by(labels).kind is TaskKind.SOFTMAX
+    sparse = takes_class_ids(loss_name, loss)
+    if ids and not sparse:
+        return np.eye(task.output.shape[-1] or 0, dtype=np.float32)[labels]
+    if ids or not sparse:
         return labels
-    return np.eye(sigmoid_units(task) or 0, dtype=np.float32)[labels]
+    if _one_hot_rows(labels):
+        return labels.argmax(axis=1)
+    shape = "(n, " + ", ".join(str(d) for d in labels.shape[1:]) + ")" if labels.ndim > 1 else "(n,)"
+    raise MpconvertError(
+        f"output {task.output.name!r}: the loss {loss_name} takes class ids (n,), but the training labels "
+        f"are {shape} {'rows that are not one-hot' if labels.ndim == 2 and labels.shape[1] > 1 else 'targets'}",
+        hint="give class ids (or one-hot rows) for this output, or pass --loss with a loss that compares "
+        "labels shaped like the output (e.g. binary_crossentropy, mean_squared_error)",
+    )
 
 
 class _Batches:
@@ -273,7 +308,7 @@ def finetune(
         fn, name = resolve_loss(framework, options.loss, saved, context.tasks[i])
         losses.append(fn)
         loss_names.append(name if len(names) == 1 else f"{names[i]}: {name}")
-        labels.append(training_labels(context.tasks[i], trained[i], name))
+        labels.append(training_labels(context.tasks[i], trained[i], name, fn))
     validation = data.validation
     scored_labels = {i: y for i, y in enumerate(validation.labels) if y is not None}
     scored = list(scored_labels)

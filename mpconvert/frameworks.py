@@ -34,6 +34,15 @@ class Framework:
     def is_keras3(self) -> bool:
         return self.name == "keras"
 
+    @property
+    def display_name(self) -> str:
+        return "Keras" if self.is_keras3 else "tf-keras"
+
+    @property
+    def version(self) -> str:
+        """The installed version ("3.15.1"); imports the framework."""
+        return str(self.module.__version__)
+
     def global_policy_name(self) -> str:
         return self.module.mixed_precision.global_policy().name
 

@@ -16,6 +16,7 @@ is done here once for every format.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import zipfile
@@ -215,9 +216,15 @@ def load_model(options: LoadOptions) -> Loaded:
     if path is None:
         return _live(options.source, options.custom_objects)
     fmt = detect_format(path)
-    stored = read_stored_config(path, fmt)
+    with _saved_by_newer_keras(path, fmt):
+        stored = read_stored_config(path, fmt)
     if not options.unsafe_deserialization:
         refuse_code_layers(path, stored)
+    with _saved_by_newer_keras(path, fmt):
+        return _load_file(path, fmt, stored, options)
+
+
+def _load_file(path: Path, fmt: ModelFormat, stored: dict, options: LoadOptions) -> Loaded:
     safe = not options.unsafe_deserialization
     custom = _custom_scope(options.custom_objects)
     frameworks = {
@@ -294,7 +301,108 @@ def _load_with(framework: Framework, path: Path, safe: bool, custom_objects: dic
             f"{path} did not load as a Keras model (got {type(model).__name__})",
             hint="save the model with model.save(), not tf.saved_model.save()",
         )
+    revived = _revived_layers(model)
+    if revived:
+        # Without this, the rewrite's rebuild from the config fails later with
+        # "'str' object is not callable", naming neither the layer nor its class.
+        layer = revived[0]
+        raise MpconvertError(
+            f"{path}: layer {layer.name!r} has class {type(layer).__name__!r}, which {framework.display_name} does "
+            "not know, so it could only revive the layer's saved graph as a stand-in that cannot be rebuilt",
+            hint="pass --import MODULE to import the module that defines and registers the class "
+            "(@tf_keras.utils.register_keras_serializable); that runs its code",
+        )
     return model
+
+
+def _revived_layers(model: Any) -> list[Any]:
+    """The layers tf-keras revived from a SavedModel's graphs because it knows no class of their name.
+
+    Their type is a subclass of tf-keras's RevivedLayer (or RevivedNetwork)
+    named after the missing class; Keras 3 refuses an unknown class instead.
+    """
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)
+        if any(c.__name__.startswith("Revived") and "saved_model" in c.__module__ for c in type(layer).__mro__)
+    ]
+
+
+def saved_keras_version(path: Path, fmt: ModelFormat) -> str | None:
+    """The version of the Keras that wrote the file, where each format keeps it; None where it says none.
+
+    .keras: metadata.json's `keras_version`; .h5: the file's `keras_version`
+    attribute; a Keras-2 SavedModel: the root object's metadata in
+    keras_metadata.pb. Read only to explain a failure, so never raises.
+    """
+    try:
+        if fmt is ModelFormat.KERAS:
+            with zipfile.ZipFile(path) as archive:
+                version = json.loads(archive.read("metadata.json")).get("keras_version")
+        elif fmt is ModelFormat.H5:
+            import h5py
+
+            with h5py.File(path, "r") as handle:
+                version = handle.attrs.get("keras_version")
+            version = version.decode("utf-8") if isinstance(version, bytes) else version
+        elif fmt is ModelFormat.SAVEDMODEL:
+            version = _savedmodel_config(path)["root"].get("keras_version")
+        else:
+            return None
+    except Exception:  # a damaged file: the failure being explained says so already
+        return None
+    return version if isinstance(version, str) else None
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    found = re.match(r"(\d+)\.(\d+)", version)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def newer_version(saved: str, installed: str) -> bool:
+    """Whether `saved` ("9.0.0") is a newer major or minor version than `installed`; False when either is unreadable.
+
+    Patch releases do not change what a file may hold, so they do not count.
+    """
+    written, running = _major_minor(saved), _major_minor(installed)
+    return written is not None and running is not None and written > running
+
+
+def _newer_than_installed(path: Path, fmt: ModelFormat) -> tuple[str, Framework] | None:
+    """(the file's Keras version, the installed framework that reads it) when the file is the newer."""
+    saved = saved_keras_version(path, fmt)
+    written = _major_minor(saved) if saved else None
+    if saved is None or written is None:
+        return None
+    # A Keras-2 SavedModel is read by tf-keras; an .h5 by the one of its major version
+    # (tf.keras 2.x wrote 2.x, Keras 3 writes 3.x); a .keras file by Keras 3.
+    reader = TF_KERAS if fmt is ModelFormat.SAVEDMODEL or (fmt is ModelFormat.H5 and written[0] <= 2) else KERAS3
+    return (saved, reader) if newer_version(saved, reader.version) else None
+
+
+@contextlib.contextmanager
+def _saved_by_newer_keras(path: Path, fmt: ModelFormat) -> Iterator[None]:
+    """Say so when a file that fails to load was written by a newer Keras than the one installed.
+
+    A newer Keras writes layer classes and config keys an older one does not
+    know ("Could not deserialize 'keras.layers.FancyNewLayer'"), and the
+    failure itself never names the version: the fix is a newer Keras, not a
+    re-download.
+    """
+    try:
+        yield
+    except MpconvertError as exc:
+        newer = _newer_than_installed(path, fmt)
+        if newer is None:
+            raise
+        saved, reader = newer
+        wanted = ".".join(saved.split(".")[:2])
+        package = "keras" if reader.is_keras3 else "tf-keras"
+        raise MpconvertError(
+            f"{path} was saved by Keras {saved}, and this is {reader.display_name} {reader.version}: {exc.message}",
+            hint=f"load it with {reader.display_name} {wanted} or newer (pip install -U '{package}>={wanted}'), "
+            f"or re-save the model with {reader.display_name} {reader.version} from the code that built it",
+        ) from exc
 
 
 def _load_error(path: Path, exc: Exception) -> MpconvertError:

@@ -199,6 +199,7 @@ def compare(
     source: str,
     resolution: float = 0.0,
     overlap: Overlap | None = None,
+    unread_keys: tuple[str, ...] = (),
 ) -> Validation:
     """Compare every output on one split (`compare_output`); the top-level fields are the primary output's."""
     tasks = (tasks,) if isinstance(tasks, Task) else tasks
@@ -219,7 +220,9 @@ def compare(
             f"the converted model produced {nonfinite} NaN/inf output value(s) ({where}): activations overflow "
             "16 bits; try mixed_bfloat16 or --keep-float32 on the overflowing layers"
         )
-    return Validation.of(outputs, data=DataSource(source), rows=split.rows, note=note, overlap=overlap)
+    return Validation.of(
+        outputs, data=DataSource(source), rows=split.rows, note=note, overlap=overlap, unread_keys=unread_keys or None
+    )
 
 
 def harm_counts(reference_right: np.ndarray, converted_right: np.ndarray) -> dict[str, Any]:
@@ -249,6 +252,7 @@ def judge(context: Context, reference: list[np.ndarray], converted: list[np.ndar
         context.data.source,
         context.precision.resolution,
         context.data.overlap,
+        context.data.unread_keys,
     )
 
 

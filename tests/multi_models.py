@@ -87,3 +87,40 @@ def two_classifiers(K, seed: int = 0, epochs: int = 30):
     data = digits()
     model.fit(data["x_train"], [data["y_train"], data["y_train"] % 2], epochs=epochs, batch_size=64, verbose=0)
     return model
+
+
+def boxes_target(x: np.ndarray) -> np.ndarray:
+    """A 4-number regression target per image: the ink in each quarter of the 8x8 digit, scaled to about 1."""
+    quarters = x.reshape(-1, 2, 4, 2, 4).sum(axis=(2, 4)).reshape(-1, 4)
+    return (quarters / 16.0).astype(np.float32)
+
+
+def detector(K, seed: int = 0, epochs: int = 20):
+    """Three heads named as a detector's: `boxes` (regression, 4), `objectness` (sigmoid, 1), `cls` (softmax, 3).
+
+    `cls` is the digit modulo 3 and `boxes` the ink per quarter (`boxes_target`);
+    `objectness` is never labelled (trained on nothing), so it only ever gets a
+    drift check.
+    """
+    K.utils.set_random_seed(seed)
+    x = K.Input((64,), name="pixels")
+    trunk = K.layers.Dense(32, activation="relu", name="trunk")(x)
+    boxes = K.layers.Dense(4, name="boxes")(trunk)
+    objectness = K.layers.Dense(1, activation="sigmoid", name="objectness")(trunk)
+    cls = K.layers.Dense(3, activation="softmax", name="cls")(trunk)
+    model = K.Model(x, {"boxes": boxes, "objectness": objectness, "cls": cls}, name="detector")
+    model.compile(optimizer=K.optimizers.Adam(3e-3), loss={"boxes": "mse", "cls": "sparse_categorical_crossentropy"})
+    data = digits()
+    targets = {"boxes": boxes_target(data["x_train"]), "cls": data["y_train"] % 3}
+    model.fit(data["x_train"], targets, epochs=epochs, batch_size=64, verbose=0)
+    return model
+
+
+def detector_npz(path, cls_key: str = "y_cls"):
+    """Labels for `boxes` and `cls` (under `cls_key`, so a test can misspell it), none for `objectness`."""
+    data = digits()
+    arrays = {"x": data["x"], "y_boxes": boxes_target(data["x"]), cls_key: data["y"] % 3}
+    arrays.update(x_train=data["x_train"], y_boxes_train=boxes_target(data["x_train"]))
+    arrays[cls_key + "_train"] = data["y_train"] % 3
+    np.savez(path, **arrays)
+    return path

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import keras
+import newer_files
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -228,6 +229,90 @@ def test_truncated_h5(tmp_path, h5_files):
 
 def test_weights_only_h5(tmp_path, h5_files):
     fails_leaving_input(h5_files["weights"], tmp_path / "out", needles=("weights only", "model.save("))
+
+
+# --- files from a newer Keras (or TensorFlow) ---------------------------------------
+#
+# Each is a model this Keras saved, stamped with a newer version where its
+# format keeps it and using a layer class (an op, at graph level) that no
+# installed version has (tests/newer_files.py).
+
+NEWER_KERAS = "9.0.0"  # newer than any Keras 3.x, for a file Keras 3 reads
+NEWER_TF_KERAS = "2.99.0"  # newer than the installed tf-keras 2.x, for a file tf-keras reads
+
+
+@pytest.fixture(scope="module")
+def saved_files(built):
+    """The files the newer ones are made from: a .keras and .h5 by Keras 3, an .h5 and SavedModel by tf-keras."""
+    import graph_models
+
+    tiny_models.mlp(keras).save(built / "keras3.keras")
+    tiny_models.mlp(keras).save(built / "keras3.h5")
+    tiny_models.mlp(tf_keras).save(str(built / "tf_keras.h5"))
+    tiny_models.mlp(tf_keras).save(str(built / "tf_keras_savedmodel"), save_format="tf")
+    graph_models.two_matmuls(built / "graph")
+    return built
+
+
+NEWER_FILES = [
+    # (id, how to make it from saved_files, its version, the installed reader named in the message)
+    (
+        "keras",
+        lambda b, t, v: newer_files.keras_file(b / "keras3.keras", t / "m.keras", v, *FANCY),
+        NEWER_KERAS,
+        "Keras",
+    ),
+    ("h5-keras3", lambda b, t, v: newer_files.h5_file(b / "keras3.h5", t / "m.h5", v, *FANCY), NEWER_KERAS, "Keras"),
+    (
+        "h5-tf-keras",
+        lambda b, t, v: newer_files.h5_file(b / "tf_keras.h5", t / "m.h5", v, *FANCY),
+        NEWER_TF_KERAS,
+        "tf-keras",
+    ),
+    (
+        "savedmodel",
+        lambda b, t, v: newer_files.savedmodel(b / "tf_keras_savedmodel", t / "m", v, *FANCY),
+        NEWER_TF_KERAS,
+        "tf-keras",
+    ),
+]
+FANCY = ("hidden", "FancyNewLayer")
+
+
+def installed_version(reader: str) -> str:
+    return keras.__version__ if reader == "Keras" else tf_keras.__version__
+
+
+@pytest.mark.parametrize("make,version,reader", [pytest.param(m, v, r, id=i) for i, m, v, r in NEWER_FILES])
+def test_a_file_from_a_newer_keras_names_both_versions(tmp_path, saved_files, make, version, reader):
+    model = make(saved_files, tmp_path, version)
+    result = fails_leaving_input(model, tmp_path / "out", needles=("FancyNewLayer",))
+    error, fix = result.stderr.splitlines()[-2:]
+    assert f"was saved by Keras {version}, and this is {reader} {installed_version(reader)}" in error, error
+    wanted = ".".join(version.split(".")[:2])
+    assert f"{reader} {wanted} or newer" in fix and "re-save" in fix, fix
+
+
+@pytest.mark.parametrize("make,version,reader", [pytest.param(m, v, r, id=i) for i, m, v, r in NEWER_FILES])
+def test_the_same_file_from_this_keras_says_nothing_of_versions(tmp_path, saved_files, make, version, reader):
+    model = make(saved_files, tmp_path, installed_version(reader))
+    result = fails_leaving_input(model, tmp_path / "out", needles=("FancyNewLayer",))
+    assert "was saved by" not in result.stderr and "or newer" not in result.stderr
+
+
+def test_an_unknown_layer_class_in_a_savedmodel_is_named_at_load(tmp_path, saved_files):
+    # tf-keras revives such a layer as a stand-in; the rebuild used to fail on it with
+    # "'str' object is not callable", naming neither the layer nor its class.
+    model = newer_files.savedmodel(saved_files / "tf_keras_savedmodel", tmp_path / "m", tf_keras.__version__, *FANCY)
+    fails_leaving_input(model, tmp_path / "out", needles=("layer 'hidden'", "'FancyNewLayer'", "--import"))
+
+
+def test_a_graph_from_a_newer_tensorflow_names_both_versions(tmp_path, saved_files):
+    model = newer_files.graph_savedmodel(saved_files / "graph", tmp_path / "g", "9.0.0", "MatMul", "FancyNewMatMul")
+    result = fails_leaving_input(model, tmp_path / "out", needles=("FancyNewMatMul",))
+    error, fix = result.stderr.splitlines()[-2:]
+    assert f"was saved by TensorFlow 9.0.0, and this is TensorFlow {tf.__version__}" in error, error
+    assert "TensorFlow 9.0 or newer" in fix, fix
 
 
 def _truncate(path: Path) -> None:

@@ -7,23 +7,26 @@ import textwrap
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import keras
+import multi_models
 import numpy as np
 import pytest
 import tf_keras
 import tiny_models
 from click.testing import CliRunner
-from conftest import SAMPLES
+from conftest import SAMPLES, invoke
 
 from mpconvert.cli import cli
 from mpconvert.context import Context
 from mpconvert.data import EvalData, Split, Task
+from mpconvert.errors import MpconvertError
+from mpconvert.finetune import takes_class_ids, training_labels
 from mpconvert.formats import ModelFormat
 from mpconvert.frameworks import KERAS3, TF_KERAS
 from mpconvert.load import Loaded
 from mpconvert.options import FinetuneOptions, RewriteOptions
 from mpconvert.precision import Precision
 from mpconvert.rewrite import rewrite
-from mpconvert.signature import signature_of
+from mpconvert.signature import TensorSpec, signature_of
 
 FRAMEWORKS = [pytest.param((keras, KERAS3), id="keras3"), pytest.param((tf_keras, TF_KERAS), id="tf_keras")]
 
@@ -219,4 +222,154 @@ def test_fine_tuning_without_a_training_split_is_a_clear_error(tmp_path):
     )
     assert result.exit_code == 1
     assert "x_train" in result.stderr and "--finetune-steps 0" in result.stderr
+    assert not out.exists()
+
+
+# --- labels in the form the loss takes ----------------------------------------------
+
+SOFTMAX3 = Task("softmax", TensorSpec("predictions", (None, 3), "float32"))
+LOGITS3 = Task("regression", TensorSpec("logits", (None, 3), "float32"))
+IDS = np.array([2, 0, 1])
+ONE_HOT = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0]], np.float32)
+
+
+@pytest.mark.parametrize(
+    "name", ["categorical_crossentropy (saved with the model)", "CategoricalCrossentropy (--loss)", "kld (--loss)"]
+)
+def test_class_ids_become_one_hot_rows_for_a_loss_that_compares_rows(name):
+    np.testing.assert_array_equal(training_labels(SOFTMAX3, IDS, name), ONE_HOT)
+
+
+@pytest.mark.parametrize(
+    "name", ["sparse_categorical_crossentropy (default for a softmax output)", "SparseCategoricalCrossentropy (--loss)"]
+)
+def test_class_ids_stay_ids_for_a_sparse_loss(name):
+    assert training_labels(SOFTMAX3, IDS, name) is IDS
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_one_hot_rows_become_class_ids_for_a_sparse_loss_object(fw):
+    K, framework = fw
+    # Named only by the Loss object, as a loss saved as a config is: its class and its `name` say sparse.
+    loss = framework.loss_function(K.losses.SparseCategoricalCrossentropy(from_logits=True, name="ce"))
+    assert takes_class_ids("ce (saved with the model)", loss)
+    np.testing.assert_array_equal(training_labels(LOGITS3, ONE_HOT, "ce (saved with the model)", loss), IDS)
+
+
+def test_labels_a_sparse_loss_cannot_take_are_refused_naming_output_loss_and_shape():
+    tags = Task("sigmoid", TensorSpec("tags", (None, 3), "float32"))
+    multi_label = np.array([[1, 0, 1], [0, 0, 0]], np.float32)
+    with pytest.raises(MpconvertError) as caught:
+        training_labels(tags, multi_label, "sparse_categorical_crossentropy (--loss)")
+    message = caught.value.message
+    assert "'tags'" in message and "sparse_categorical_crossentropy (--loss)" in message and "(n, 3)" in message
+    assert "--loss" in caught.value.hint
+
+
+def converted_with_finetune(model_path, data, out, *args):
+    result = invoke(
+        model_path,
+        "--policy",
+        "mixed_float16",
+        "--data",
+        data,
+        "--out",
+        out,
+        "--export",
+        "savedmodel",
+        "--no-speed",
+        "--finetune-steps",
+        "30",
+        *args,
+    )
+    assert result.exit_code == 0, result.output
+    finetune = json.loads((out / "report.json").read_text())["finetune"]
+    assert finetune["healthy"] and finetune["steps"] == 30 and finetune["skipped_steps"] == 0, finetune
+    assert finetune["loss"]["first"] is not None and finetune["loss"]["last"] is not None
+    return finetune
+
+
+def saved(K, model, path):
+    """A Keras 3 model as .keras; a tf-keras one as a Keras-2 SavedModel, which stays in tf-keras to fine-tune."""
+    if K is keras:
+        model.save(path.with_suffix(".keras"))
+        return path.with_suffix(".keras")
+    model.save(str(path), save_format="tf")
+    return path
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_a_classifier_saved_with_a_categorical_loss_fine_tunes_on_class_ids(fw, tmp_path):
+    K, _ = fw
+    model = saved(K, tiny_models.compiled_classifier(K, "categorical_crossentropy"), tmp_path / "categorical")
+    data = tiny_models.classifier_npz(tmp_path / "ids.npz", one_hot=False)
+    finetune = converted_with_finetune(model, data, tmp_path / "out")
+    assert finetune["loss_function"] == "categorical_crossentropy (saved with the model)"
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_a_logits_classifier_saved_with_a_sparse_loss_fine_tunes_on_one_hot_rows(fw, tmp_path):
+    K, _ = fw
+    loss = K.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model = saved(K, tiny_models.compiled_classifier(K, loss, logits=True), tmp_path / "logits")
+    data = tiny_models.classifier_npz(tmp_path / "one_hot.npz", one_hot=True)
+    # The logits are scored as regression targets (mse against the one-hot rows): only fine-tuning is judged here.
+    finetune = converted_with_finetune(model, data, tmp_path / "out", "--max-drop", "1")
+    assert finetune["loss_function"] == "sparse_categorical_crossentropy (saved with the model)"
+
+
+def test_a_softmax_classifier_saved_with_a_sparse_loss_fine_tunes_on_one_hot_rows(tmp_path):
+    model = saved(keras, tiny_models.compiled_classifier(keras, "sparse_categorical_crossentropy"), tmp_path / "m")
+    data = tiny_models.classifier_npz(tmp_path / "one_hot.npz", one_hot=True)
+    converted_with_finetune(model, data, tmp_path / "out")
+
+
+@pytest.fixture(scope="module")
+def two_heads(tmp_path_factory):
+    """Two softmax heads (digit, odd) saved with a categorical loss on one and a sparse loss on the other."""
+    root = tmp_path_factory.mktemp("two_heads")
+    model = multi_models.two_classifiers(keras, epochs=10)
+    model.compile(optimizer="adam", loss=["categorical_crossentropy", "sparse_categorical_crossentropy"])
+    model.save(root / "two.keras")
+    data = multi_models.digits()
+    np.savez(
+        root / "ids.npz",
+        x=data["x"],
+        y_digit=data["y"],
+        y_odd=data["y"] % 2,
+        x_train=data["x_train"],
+        y_digit_train=data["y_train"],
+        y_odd_train=data["y_train"] % 2,
+    )
+    return root / "two.keras", root / "ids.npz"
+
+
+def test_each_output_gets_labels_in_the_form_of_its_saved_loss(two_heads, tmp_path):
+    model, data = two_heads
+    finetune = converted_with_finetune(model, data, tmp_path / "out")
+    assert finetune["loss_function"] == (
+        "digit: categorical_crossentropy (saved with the model); odd: sparse_categorical_crossentropy (saved with the model)"
+    )
+
+
+def test_a_categorical_loss_given_with_the_flag_one_hots_every_output(two_heads, tmp_path):
+    model, data = two_heads
+    finetune = converted_with_finetune(model, data, tmp_path / "out", "--loss", "categorical_crossentropy")
+    assert (
+        finetune["loss_function"] == "digit: categorical_crossentropy (--loss); odd: categorical_crossentropy (--loss)"
+    )
+
+
+def test_multi_label_rows_with_a_sparse_loss_are_refused_naming_the_output(tmp_path):
+    model = tmp_path / "tags.keras"
+    tiny_models.mlp(keras, activation="sigmoid").save(model)
+    rng = np.random.default_rng(0)
+    x, tags = rng.standard_normal((64, 8)).astype(np.float32), rng.integers(0, 2, (64, 3)).astype(np.float32)
+    np.savez(tmp_path / "tags.npz", x=x[:32], y=tags[:32], x_train=x[32:], y_train=tags[32:])
+    out = tmp_path / "out"
+    args = ["--policy", "mixed_float16", "--data", tmp_path / "tags.npz", "--out", out, "--export", "savedmodel"]
+    result = invoke(model, *args, "--loss", "sparse_categorical_crossentropy")
+    assert result.exit_code == 1 and result.stderr.count("error: ") == 1 and result.stderr.count("  fix: ") == 1
+    assert "output 'predictions'" in result.stderr and "sparse_categorical_crossentropy (--loss)" in result.stderr
+    assert "(n, 3)" in result.stderr and "conversion failed unexpectedly" not in result.stderr
     assert not out.exists()

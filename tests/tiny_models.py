@@ -113,3 +113,34 @@ def layernorm_after_dense(K):
     h = K.layers.LayerNormalization(name="ln")(h)
     out = K.layers.Dense(4, activation="softmax", name="predictions")(h)
     return K.Model(x, out, name="with_layernorm")
+
+
+def separable_data(rows: int, inputs: int = 8, classes: int = 3, seed: int = 0):
+    """Rows whose class is the largest of their first `classes` features: a linear model learns it."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, inputs)).astype(np.float32)
+    return x, x[:, :classes].argmax(axis=1)
+
+
+def compiled_classifier(K, loss, logits: bool = False, classes: int = 3, seed: int = 0):
+    """`mlp` trained on `separable_data` with `loss` (a name or a Loss), as a user saves it compiled.
+
+    The targets are one-hot rows unless the loss is a sparse one; `logits`
+    ends the model in a plain Dense (no softmax), as models trained with
+    `from_logits=True` do.
+    """
+    K.utils.set_random_seed(seed)
+    model = mlp(K, classes=classes, activation=None if logits else "softmax", name="logits" if logits else "mlp")
+    x, y = separable_data(600, 8, classes, seed)
+    sparse = "sparse" in (loss if isinstance(loss, str) else type(loss).__name__).lower()
+    model.compile(optimizer=K.optimizers.Adam(1e-2), loss=loss)
+    model.fit(x, y if sparse else np.eye(classes, dtype=np.float32)[y], epochs=20, batch_size=32, verbose=0)
+    return model
+
+
+def classifier_npz(path, one_hot: bool, classes: int = 3, seed: int = 1):
+    """`separable_data` rows for `compiled_classifier`: labels as class ids (n,) or one-hot rows (n, classes)."""
+    x, y = separable_data(600, 8, classes, seed)
+    labels = np.eye(classes, dtype=np.float32)[y] if one_hot else y
+    np.savez(path, x=x[:200], y=labels[:200], x_train=x[200:], y_train=labels[200:])
+    return path

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import MpconvertError
+from ..load import newer_version
 from ..runners.graphdef import GraphDefRunner
 from ..signature import Signature, TensorSpec
 
@@ -93,6 +94,19 @@ def _named_signature(names: list[str]):
     return inspect.Signature(params)
 
 
+def saved_tensorflow_version(path: Path) -> str | None:
+    """The TensorFlow version saved_model.pb says wrote it; None where it says none. Never raises."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    try:
+        saved = saved_model_pb2.SavedModel()
+        saved.ParseFromString((Path(path) / "saved_model.pb").read_bytes())
+        version = saved.meta_graphs[0].meta_info_def.tensorflow_version
+    except Exception:  # a damaged file: the failure being explained says so already
+        return None
+    return version or None
+
+
 def load_frozen(path: Path, signature_name: str | None = None) -> FrozenGraph:
     """The SavedModel's serving signature, frozen; a clear error for a file TensorFlow cannot load."""
     import tensorflow as tf
@@ -101,9 +115,19 @@ def load_frozen(path: Path, signature_name: str | None = None) -> FrozenGraph:
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as exc:  # TensorFlow's own errors for damaged protos, missing variables
+        failure = f"cannot load SavedModel {path}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        saved = saved_tensorflow_version(path)
+        if saved is not None and newer_version(saved, tf.__version__):
+            # A newer TensorFlow writes ops this one has no kernel for ("Op type not registered").
+            wanted = ".".join(saved.split(".")[:2])
+            raise MpconvertError(
+                f"SavedModel {path} was saved by TensorFlow {saved}, and this is TensorFlow {tf.__version__}: "
+                + failure,
+                hint=f"load it with TensorFlow {wanted} or newer (pip install -U 'tensorflow>={wanted}'), "
+                f"or export the model again with TensorFlow {tf.__version__}",
+            ) from None
         raise MpconvertError(
-            f"cannot load SavedModel {path}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
-            hint="check that the folder is a complete SavedModel (saved_model.pb and variables/)",
+            failure, hint="check that the folder is a complete SavedModel (saved_model.pb and variables/)"
         ) from None
     found = sorted(loaded.signatures)
     wanted = signature_name or DEFAULT_SIGNATURE

@@ -278,6 +278,9 @@ def _render_validation(console: Console, v: dict) -> None:
     overlap = v.get("overlap")
     if overlap and (overlap["in_train"] or overlap["duplicates_within_validation"]):
         console.print(f"  [yellow]{escape(overlap_line(overlap))}[/]")
+    if v.get("unread_keys"):
+        keys = ", ".join(map(repr, v["unread_keys"]))
+        console.print(f"  [yellow]warning: not read: {escape(keys)}, neither inputs nor labels of this model[/]")
 
 
 def overlap_line(overlap: dict) -> str:

@@ -120,6 +120,8 @@ class Validation(Section):
     outputs: tuple[OutputValidation, ...] | None = None
     # Validation rows that also appear in the training split; None without one.
     overlap: Overlap | None = None
+    # The data file's keys that are neither inputs nor labels of this model (not read); None when none.
+    unread_keys: tuple[str, ...] | None = None
 
     @classmethod
     def of(cls, outputs: Sequence[OutputValidation], **rest: Any) -> Validation:
@@ -150,6 +152,7 @@ class Validation(Section):
         found = known(cls, stored)
         outputs = found["outputs"]
         overlap = found["overlap"]
+        unread = found["unread_keys"]
         return cls(
             **{
                 **found,
@@ -157,6 +160,7 @@ class Validation(Section):
                 "data": member(DataSource, found["data"]),
                 "outputs": None if outputs is None else tuple(OutputValidation.from_json(o) for o in outputs),
                 "overlap": None if overlap is None else Overlap.from_json(overlap),
+                "unread_keys": None if unread is None else tuple(unread),
             }
         )
 
