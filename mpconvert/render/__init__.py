@@ -59,6 +59,10 @@ FORMAT_NAMES = {
     "graph": "SavedModel without Keras metadata, as a frozen graph",
 }
 LOADER_NAMES = {"keras": "Keras 3", "tf_keras": "tf-keras"}
+# What the float32 proof compared, by format: a frozen graph is proven against
+# its own signature, every other format's rebuild against the loaded original.
+PROOF_SUBJECTS = {"graph": ("the frozen graph", "the SavedModel's signature")}
+REBUILD_SUBJECT = ("the float32 rebuild", "the original")
 
 
 def describe_source(source: dict) -> str:
@@ -144,8 +148,7 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
 
 def fidelity_line(fidelity: dict, model_format: str | None) -> str:
     """What the float32 proof found, from its figures: it claims a reproduction only where they show one."""
-    what = "the frozen graph" if model_format == "graph" else "the float32 rebuild"
-    of = "the SavedModel's signature" if model_format == "graph" else "the original"
+    what, of = PROOF_SUBJECTS.get(model_format or "", REBUILD_SUBJECT)
     diff, limit, rows = fidelity.get("max_abs_diff"), fidelity.get("limit"), fidelity.get("rows")
     if not rows:
         return f"{what} was not compared with {of}: no rows"
