@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .digests import digest
 from .errors import MpconvertError, WriteError
 from .options import ArtifactKind
 from .runners.base import RunResult
@@ -50,12 +51,6 @@ class OnnxFile:
 Writer = tuple[ArtifactKind, Path, Callable[[Path], Artifact]]
 
 
-def size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def _max_abs(outputs: list[np.ndarray]) -> float:
     # Finite values only: NaN outputs already make max_abs_diff None (a
     # failure), and report.json must stay valid JSON.
@@ -73,8 +68,17 @@ def parity(
     # The whole artifact's figures as a re-check derives them from its outputs' (Artifact.derived).
     whole = overall(each.values())
     outputs = each if len(each) > 1 else None
+    written = digest(path)
     return Artifact(
-        kind, path.name, size(path), whole.max_abs_diff, whole.max_abs_ref, runtime, details, outputs=outputs
+        kind,
+        path.name,
+        written.bytes,
+        whole.max_abs_diff,
+        whole.max_abs_ref,
+        runtime,
+        details,
+        outputs=outputs,
+        sha256=written.sha256,
     )
 
 

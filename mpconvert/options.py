@@ -495,6 +495,8 @@ class SaveOptions:
     # (file name, JSON value) written into the output folder with the report,
     # so they appear with it, whole or not at all (a batch's result key).
     attachments: tuple[tuple[str, Any], ...] = ()
+    # The command line that asked for this run, for the report's provenance; None from the Python API.
+    command: tuple[str, ...] | None = None
 
 
 def default_out_dir(model_path: Path, policy: str) -> Path:

@@ -39,6 +39,7 @@ from .context import Context
 from .data import DataSource, EvalData, evaluation_data
 from .errors import MpconvertError
 from .hooks import NO_HOOKS, Hooks
+from .keywords import keywords_of
 from .kinds import Capability, ModelKind, Plan, open_model
 from .numerics.autokeep import AutoKeep, passes
 from .numerics.lint import Lint
@@ -49,7 +50,8 @@ from .pad import PadPlan
 from .render.html import REPORT_HTML, write_report_page
 from .report import REPORT_NAME, Report, json_safe
 from .runners.onnx import OnnxRunner
-from .sections import Skipped, SpeedNotes, SpeedReport, Timings
+from .sections import DataRecord, InputFile, Provenance, Skipped, SpeedNotes, SpeedReport, Timings
+from .sections.provenance import recorded_options
 from .speed import (
     SPEED_BATCH,
     PathSpeed,
@@ -114,6 +116,21 @@ def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[P
 def proof_rows(data: EvalData) -> list[np.ndarray]:
     """The validation rows the rebuild and padding proofs run on."""
     return [x[:PARITY_SAMPLES] for x in data.validation.inputs]
+
+
+def provenance(options: ConvertOptions, data: EvalData) -> Provenance:
+    """What this conversion read, by content, the options that rebuild it, and the machine it ran on."""
+    path = options.load.path
+    data_file = InputFile.of(Path(data.path)) if data.source is DataSource.NPZ and data.path else None
+    train = data.train.rows if data.train is not None else None
+    given = {"model": str(path.absolute()) if path else options.load.source, "policy": options.rewrite.policy}
+    return Provenance(
+        model=InputFile.of(path) if path else None,
+        data=DataRecord(str(data.source), data_file, data.validation.rows, train),
+        options=recorded_options(given, keywords_of(options)),
+        command=None,
+        machine=probe_hardware().as_dict(),
+    )
 
 
 def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -> tuple[Skipped, ...]:
@@ -187,6 +204,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
         _refuse_unable(source, options)
         data = evaluation_data(source.original, source.signature, source.tasks, options.validate, options.seed)
         metrics, thresholds = judging(options, source.tasks, data)
+        record = provenance(options, data)
     if source.limits:
         hooks.warning(source.limits)
     warning = warning_for(precision) if options.speed else None
@@ -273,6 +291,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
         slow_kernel=slow[0] if slow else None,
         skipped=skipped_stages(source, options, data),
         timings=Timings.of(clock.timings),
+        provenance=record,
     )
     return Converted(model, candidate.plan, source, context, report, read_files(options, data), options.speed_batch)
 
@@ -328,8 +347,16 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
             # Without the speed stage, the ONNX file's timing is the section's only path (and it has no notes).
             speed = speed or SpeedReport(Speed(probe_hardware().device, batch, context.data.validation.rows))
             speed = speed.with_path("onnx", timing)
+        record = converted.report.provenance
+        if record is not None:  # the export's options and the command were chosen for the save
+            options_then = {**record.options, **recorded_options(keywords_of(options.export))}
+            record = dataclasses.replace(record, options=options_then, command=options.command)
         report = dataclasses.replace(
-            converted.report, artifacts=tuple(artifacts), timings=Timings.of(clock.timings), speed=speed
+            converted.report,
+            artifacts=tuple(artifacts),
+            timings=Timings.of(clock.timings),
+            speed=speed,
+            provenance=record,
         )
         write_report(report, staging)
         for name, value in options.attachments:

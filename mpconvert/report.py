@@ -30,6 +30,7 @@ from .sections import (
     Finetune,
     Layer,
     PaddingReport,
+    Provenance,
     Skipped,
     SlowKernel,
     Source,
@@ -96,6 +97,8 @@ class Report:
     artifacts: tuple[Artifact, ...] = ()
     timings: Timings = Timings()
     versions: Versions = field(default_factory=Versions.installed)
+    # What went in (model, data, options, command) and where it ran; None in reports from before it existed.
+    provenance: Provenance | None = None
     # A report read back to be judged again (`read_back`): what its stored figures contradict. None for a
     # report a conversion just made, and for one read back as it was (`from_json`).
     consistency: Consistency | None = None
@@ -139,6 +142,7 @@ class Report:
             **({"skipped": self.skipped} if self.skipped else {}),
             "artifacts": self.artifacts,
             "versions": self.versions,
+            "provenance": self.provenance,
             "timings": self.timings,
         }
         return {"schema_version": SCHEMA_VERSION, "passed": gate.passed, **native(body), "gate": gate.as_dict()}
@@ -172,6 +176,7 @@ class Report:
             timings=Timings.from_json(stored.get("timings") or {}),
             # A report from before the versions were stored: this mpconvert's, as before.
             versions=Versions.from_json(stored["versions"]) if "versions" in stored else Versions.installed(),
+            provenance=optional(Provenance, "provenance"),
         )
 
     def derived(self) -> Report:

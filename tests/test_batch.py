@@ -22,6 +22,7 @@ from mpconvert.batch.key import job_key
 from mpconvert.batch.manifest import Job, load_manifest
 from mpconvert.batch.runner import shard_of
 from mpconvert.cli import cli
+from mpconvert.digests import digest
 from mpconvert.errors import MpconvertError
 
 MANIFEST = """
@@ -135,7 +136,7 @@ def test_every_model_gets_its_own_outcome_and_the_rest_finish(full_run):
     assert totals["models_per_minute"] > 0 and summary["exit_code"] == 1
 
 
-def test_each_result_folder_is_what_the_single_command_writes_plus_its_key(full_run):
+def test_each_result_folder_is_what_the_single_command_writes_plus_its_key(full_run, zoo):
     _, out, summary = full_run
     for m in summary["models"]:
         folder = out / m["folder"]
@@ -148,6 +149,9 @@ def test_each_result_folder_is_what_the_single_command_writes_plus_its_key(full_
         assert json.loads((folder / "batch_result.json").read_text())["key"] == m["key"]
         assert m["before"] == report["validation"]["reference"] and m["after"] == report["validation"]["converted"]
         assert 0 < m["kept_float32_share"] < 1 and 0.3 < m["onnx_vs_float32"] < 1.5
+        # Each model's report names the batch command that made it and the model file it read.
+        assert report["provenance"]["command"][:3] == ["mpconvert", "batch", str(zoo / "zoo.toml")]
+        assert report["provenance"]["model"]["sha256"] == digest(Path(report["provenance"]["model"]["path"])).sha256
     # Nothing hidden left beside the results: no staging, no locks, no worker files.
     assert [p.name for p in out.rglob(".*")] == []
 

@@ -21,6 +21,7 @@ class BatchOptions:
     force: bool = False
     shard: tuple[int, int] | None = None  # (I, N), I from 1
     shard_source: str | None = None  # why this shard: "--shard 1/4", or the scheduler's variables
+    command: tuple[str, ...] | None = None  # the batch's command line, in each model's report provenance
     # The gate's --baseline and --max-regression take a report.json; a batch compares whole batches.
     baseline: Path | None = keyword(
         None,

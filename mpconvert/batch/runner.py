@@ -130,7 +130,13 @@ class _Runner:
         self.running: list[_Running] = []
 
     def start(self, job: Job, key: str) -> None:
-        spec = {**job_spec(job), "out": str(self.root / job.folder), "key": key, "parent": os.getpid()}
+        spec = {
+            **job_spec(job),
+            "out": str(self.root / job.folder),
+            "key": key,
+            "parent": os.getpid(),
+            "command": self.options.command,
+        }
         # Not with_suffix: a model name may hold dots ("resnet.v2").
         stem = str(self.work / job.folder.replace("/", "__"))
         spec["result"] = stem + ".result.json"

@@ -84,7 +84,14 @@ def run(spec: dict) -> dict:
 
     options, export = job_options(spec)
     stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}
-    save = SaveOptions(Path(spec["out"]), export, force=True, attachments=((RESULT_NAME, stamp),))
+    command = spec.get("command")
+    save = SaveOptions(
+        Path(spec["out"]),
+        export,
+        force=True,
+        attachments=((RESULT_NAME, stamp),),
+        command=None if command is None else tuple(command),
+    )
     report, _ = convert_and_save(options, save, Hooks(may_restart=True))
     status = "passed" if report.passed else "gate_failed"
     failed = [c.name for c in report.gate.failed]

@@ -22,7 +22,7 @@ from .flags import (
     quiet_option,
 )
 from .outputs import Outputs, Renderings
-from .process import run_action
+from .process import command_line, run_action
 
 BATCH_EXIT_HELP = """\b
 Exit codes:
@@ -127,6 +127,7 @@ def batch_command(
             force=force,
             shard=(chosen.index, chosen.count) if chosen else None,
             shard_source=chosen.source if chosen else None,
+            command=command_line(),
             **declared,
         )
         if chosen and not quiet:

@@ -33,7 +33,7 @@ from .flags import (
     quiet_option,
 )
 from .outputs import Outputs
-from .process import run_action
+from .process import COMMAND_LINE, command_line, run_action
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -58,6 +58,7 @@ class _DefaultToConvert(click.Group):
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[COMMAND_LINE] = ("mpconvert", *args)  # as typed, for the report's provenance
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
             args = ["convert", *args]
         return super().parse_args(ctx, args)
@@ -112,7 +113,9 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
 
         keywords, export = split_export(conversion)
         options = conversion_options(model, policy, **keywords)
-        save = SaveOptions(out or default_out_dir(model, policy), export_options(**export), force)
+        save = SaveOptions(
+            out or default_out_dir(model, policy), export_options(**export), force, command=command_line()
+        )
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
             hooks = dataclasses.replace(display.hooks(), may_restart=restart_allowed())
             report, written = convert_and_save(options, save, hooks)

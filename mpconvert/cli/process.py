@@ -6,6 +6,7 @@ noise, signals, restarting) are in mpconvert/process.py.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from collections.abc import Callable
 
@@ -35,3 +36,13 @@ def run_action(debug: bool, action: Callable[[], int]) -> int:
         if failure.hint:
             click.echo(f"  fix: {failure.hint}", err=True)
         return EXIT_FAILED
+
+
+# Where the command group keeps the arguments it was given (click.Context.meta, shared by every command).
+COMMAND_LINE = "mpconvert.command_line"
+
+
+def command_line() -> tuple[str, ...]:
+    """The command as the user typed it, for the report: `mpconvert` however it was started, then the arguments."""
+    found = click.get_current_context().meta.get(COMMAND_LINE)
+    return tuple(found) if found else ("mpconvert", *sys.argv[1:])

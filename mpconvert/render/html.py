@@ -282,6 +282,7 @@ def report_page(report: dict) -> str:
             else None,
             total_seconds=sum(timings.values()),
             versions=report.get("versions") or {},
+            provenance=report.get("provenance"),
         )
     )
 

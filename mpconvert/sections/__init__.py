@@ -10,6 +10,7 @@ written before it existed being absent (`base.known`). The report itself
 
 from .artifacts import Artifact, ArtifactOutput
 from .base import Section, known, member, native
+from .provenance import DataRecord, InputFile, Provenance
 from .run import Fidelity, Layer, Skipped, Source, Timings, Versions, versions
 from .speed import KernelProbe, PaddingCost, PathSpeed, SlowKernel, Speed, SpeedNotes, SpeedReport
 from .stages import (
@@ -30,10 +31,12 @@ __all__ = [
     "Artifact",
     "ArtifactOutput",
     "AutoKeep",
+    "DataRecord",
     "Fidelity",
     "Finding",
     "Finetune",
     "FinetuneKept",
+    "InputFile",
     "KernelProbe",
     "Layer",
     "Lint",
@@ -41,6 +44,7 @@ __all__ = [
     "PaddingCost",
     "PaddingReport",
     "PathSpeed",
+    "Provenance",
     "Ranked",
     "SearchOutcome",
     "SearchReport",

@@ -47,6 +47,9 @@ class Artifact(Section):
     reason: str | None = None  # why it failed, with the fix
     # Several outputs: each judged on its own scale, by name.
     outputs: dict[str, ArtifactOutput] | None = None
+    # The file's sha256, or a folder's digest over its files (digests.py), as written; None when it failed
+    # and in reports from before it existed. `mpconvert verify` checks a copy against it.
+    sha256: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", member(ArtifactKind, self.kind))

@@ -85,6 +85,7 @@ class Skipped(Section):
 
 
 _DISTRIBUTIONS = {
+    "mpconvert": ("mpconvert",),
     "tensorflow": ("tensorflow", "tensorflow-cpu"),
     "keras": ("keras",),
     "tf_keras": ("tf-keras", "tf_keras"),
