@@ -38,6 +38,7 @@ from .artifacts import Artifact, write_checked
 from .context import Context
 from .data import DataSource, EvalData, evaluation_data
 from .errors import MpconvertError
+from .golden import GOLDEN_NAME, GOLDEN_ROWS, GoldenRows, write_golden
 from .hooks import NO_HOOKS, Hooks
 from .keywords import keywords_of
 from .kinds import Capability, ModelKind, Plan, open_model
@@ -50,7 +51,7 @@ from .pad import PadPlan
 from .render.html import REPORT_HTML, write_report_page
 from .report import REPORT_NAME, Report, json_safe
 from .runners.onnx import OnnxRunner
-from .sections import DataRecord, InputFile, Provenance, Skipped, SpeedNotes, SpeedReport, Timings
+from .sections import DataRecord, Golden, InputFile, Provenance, Skipped, SpeedNotes, SpeedReport, Timings
 from .sections.provenance import recorded_options
 from .speed import (
     SPEED_BATCH,
@@ -306,6 +307,14 @@ def export(
     return write_checked(writers, expected, source.output_bytes(model, options.kinds))
 
 
+def golden_rows(source: ModelKind, model: Any, inputs: list[np.ndarray], out: Path) -> Golden:
+    """golden.npz under `out`: the first validation rows with the float32 and the converted model's outputs."""
+    rows = [x[:GOLDEN_ROWS] for x in inputs]
+    found = GoldenRows(rows, source.runner(source.original).run(rows).outputs, source.runner(model).run(rows).outputs)
+    write_golden(out / GOLDEN_NAME, source.signature, found)
+    return Golden.of(out, GOLDEN_NAME, found.rows)
+
+
 def bench_onnx(source: ModelKind, converted: Path, inputs: list[np.ndarray], batch: int, opset: int) -> PathSpeed:
     """The written ONNX file against a float32 ONNX export of the original (one more export, removed after)."""
     with tempfile.TemporaryDirectory(prefix="mpconvert-bench-onnx-") as tmp:
@@ -339,6 +348,7 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
     with source.scope(), staged_output(out) as staging, reported_at(staging, out):
         with clock.stage("export"):
             artifacts = export(source, converted.model, inputs, staging, options.export)
+            golden = golden_rows(source, converted.model, inputs, staging)
         speed = converted.report.speed
         if options.export.bench_onnx and (staging / "model.onnx").is_file():
             batch = speed.measured.batch if speed else converted.speed_batch
@@ -357,6 +367,7 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
             timings=Timings.of(clock.timings),
             speed=speed,
             provenance=record,
+            golden=golden,
         )
         write_report(report, staging)
         for name, value in options.attachments:

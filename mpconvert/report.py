@@ -28,6 +28,7 @@ from .sections import (
     AutoKeep,
     Fidelity,
     Finetune,
+    Golden,
     Layer,
     PaddingReport,
     Provenance,
@@ -95,6 +96,7 @@ class Report:
     # Stages the options would run that the model's kind cannot do (omitted from the JSON when none).
     skipped: tuple[Skipped, ...] = ()
     artifacts: tuple[Artifact, ...] = ()
+    golden: Golden | None = None  # golden.npz, written with the artifacts
     timings: Timings = Timings()
     versions: Versions = field(default_factory=Versions.installed)
     # What went in (model, data, options, command) and where it ran; None in reports from before it existed.
@@ -141,6 +143,7 @@ class Report:
             "slow_kernel": self.slow_kernel,
             **({"skipped": self.skipped} if self.skipped else {}),
             "artifacts": self.artifacts,
+            "golden": self.golden,
             "versions": self.versions,
             "provenance": self.provenance,
             "timings": self.timings,
@@ -173,6 +176,7 @@ class Report:
             slow_kernel=optional(SlowKernel, "slow_kernel"),
             skipped=tuple(Skipped.from_json(s) for s in stored.get("skipped") or ()),
             artifacts=tuple(Artifact.from_json(a) for a in stored["artifacts"]),
+            golden=optional(Golden, "golden"),
             timings=Timings.from_json(stored.get("timings") or {}),
             # A report from before the versions were stored: this mpconvert's, as before.
             versions=Versions.from_json(stored["versions"]) if "versions" in stored else Versions.installed(),

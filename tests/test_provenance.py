@@ -172,3 +172,25 @@ def test_the_page_shows_the_provenance(classifier, cli_run):
     assert report["provenance"]["model"]["sha256"] in page
     assert report["provenance"]["data"]["file"]["sha256"] in page
     assert "mpconvert " + " ".join(args) in page.replace("&#34;", '"')
+
+
+def test_golden_rows_hold_both_models_outputs_and_are_hashed(classifier, cli_run):
+    model_path, data_path = classifier
+    _, out, report = cli_run
+    golden = report["golden"]
+    assert golden["path"] == "golden.npz" and golden["rows"] == 32
+    assert golden["sha256"] == sha256(out / "golden.npz") and golden["bytes"] == (out / "golden.npz").stat().st_size
+    with np.load(out / "golden.npz", allow_pickle=False) as found:
+        assert sorted(found.files) == ["converted.predictions", "float32.predictions", "input.features"]
+        rows, float32, converted = found["input.features"], found["float32.predictions"], found["converted.predictions"]
+    with np.load(data_path, allow_pickle=False) as data:
+        np.testing.assert_array_equal(rows, data["x"][:32])  # the first validation rows
+    original = keras.models.load_model(model_path)
+    np.testing.assert_allclose(float32, original.predict(rows, verbose=0), rtol=1e-6, atol=1e-6)
+    # The converted model's outputs: what its SavedModel serves, to bfloat16 rounding of the re-trace.
+    import tensorflow as tf
+
+    served = tf.saved_model.load(str(out / "savedmodel")).signatures["serving_default"]
+    got = next(iter(served(tf.constant(rows)).values())).numpy()
+    np.testing.assert_allclose(converted, got, atol=1e-3)
+    assert np.abs(converted - float32).max() > 0  # 16-bit compute moved them: the two are not one array twice

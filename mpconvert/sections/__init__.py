@@ -10,7 +10,7 @@ written before it existed being absent (`base.known`). The report itself
 
 from .artifacts import Artifact, ArtifactOutput
 from .base import Section, known, member, native
-from .provenance import DataRecord, InputFile, Provenance
+from .provenance import DataRecord, Golden, InputFile, Provenance
 from .run import Fidelity, Layer, Skipped, Source, Timings, Versions, versions
 from .speed import KernelProbe, PaddingCost, PathSpeed, SlowKernel, Speed, SpeedNotes, SpeedReport
 from .stages import (
@@ -36,6 +36,7 @@ __all__ = [
     "Finding",
     "Finetune",
     "FinetuneKept",
+    "Golden",
     "InputFile",
     "KernelProbe",
     "Layer",

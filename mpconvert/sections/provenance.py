@@ -80,6 +80,25 @@ class Provenance(Section):
         )
 
 
+@dataclass(frozen=True)
+class Golden(Section):
+    """golden.npz: input rows with the float32 and the converted model's outputs, for `verify` elsewhere."""
+
+    path: str  # relative to the output folder
+    rows: int
+    sha256: str
+    bytes: int
+
+    @classmethod
+    def of(cls, folder: Path, name: str, rows: int) -> Golden:
+        found = digest(folder / name)
+        return cls(name, rows, found.sha256, found.bytes)
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> Golden:
+        return cls(**known(cls, stored))
+
+
 def recorded(value: Any) -> Any:
     """An option's value as the report keeps it: JSON values as they are, anything else by its type's name."""
     if value is None or isinstance(value, (str, int, float, bool)):
