@@ -11,7 +11,7 @@ Importing this package does not import TensorFlow; converting does.
 
 import logging as _logging
 
-from .api import Conversion, Inspection, check, convert, inspect
+from .api import Conversion, Inspection, Replay, check, convert, inspect, replay
 from .errors import MpconvertError
 from .precision import POLICIES, Precision
 from .report import mpconvert_version as _mpconvert_version
@@ -28,8 +28,10 @@ __all__ = [
     "MpconvertError",
     "POLICIES",
     "Precision",
+    "Replay",
     "check",
     "convert",
     "inspect",
+    "replay",
     "__version__",
 ]

@@ -15,6 +15,7 @@ from inspect import Parameter, Signature
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import MpconvertError
 from .hooks import Hooks
 from .keywords import Keyword, build, refuse_unknown
 from .options import (
@@ -221,3 +222,104 @@ def recheck(stored: dict, options: GateOptions) -> Report:
     report = Report.read_back(stored)
     baseline = load_baseline(options.baseline, report.measured) if options.baseline else None
     return dataclasses.replace(report, thresholds=report.thresholds.overridden(options, baseline))
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A conversion run again from what its report recorded, and what differs from the report."""
+
+    replayed: Path  # the report.json replayed
+    out: Path  # the new output folder
+    report: dict  # the new report, as report.json holds it
+    compared: tuple  # comparison.Difference for every compared field
+    exit_code: int  # the new run's, as the main command's
+
+    @property
+    def differences(self) -> tuple:
+        return tuple(d for d in self.compared if not d.same)
+
+
+def _unchanged(recorded: Mapping[str, Any], what: str, report: Path) -> Path:
+    """The recorded file, refused when it is gone or its bytes are not the ones the report was made from."""
+    from .digests import digest
+
+    path = Path(recorded["path"])
+    if not path.exists():
+        raise MpconvertError(
+            f"the {what} {path} that {report} was made from is not there",
+            hint=f"put the same {what} back at that path (or replay on the machine that has it)",
+        )
+    found = digest(path).sha256
+    if found != recorded["sha256"]:
+        raise MpconvertError(
+            f"the {what} {path} has changed since {report} was made: sha256 {recorded['sha256'][:12]}... "
+            f"recorded, {found[:12]}... now",
+            hint=f"replay with the {what} the report was made from; to convert this one, run mpconvert on it",
+        )
+    return path
+
+
+def replay_options(stored: Mapping[str, Any], report: Path) -> tuple[ConvertOptions, ExportOptions]:
+    """The options a report recorded, after checking that its model and data file are the ones it names."""
+    provenance = stored.get("provenance")
+    if not provenance:
+        raise MpconvertError(
+            f"{report} does not record what went in (it was written by an mpconvert before provenance)",
+            hint="convert the model again with this mpconvert; its report can be replayed",
+        )
+    if provenance["model"] is None:
+        raise MpconvertError(
+            f"{report} is of a live model handed to the Python API: there is no file to replay",
+            hint="save the model (model.save('model.keras')) and convert the file",
+        )
+    _unchanged(provenance["model"], "model", report)
+    data = provenance["data"]
+    if data["source"] == "arrays":
+        raise MpconvertError(
+            f"{report} was judged on arrays handed to the Python API: there are no rows to replay",
+            hint="save them with np.savez(path, x=..., y=...) and convert with data=path",
+        )
+    if data["file"] is not None:
+        _unchanged(data["file"], "data file", report)
+    keywords = dict(provenance["options"])
+    unrecorded = sorted(k for k, v in keywords.items() if "not recorded>" in repr(v))
+    if unrecorded:
+        raise MpconvertError(
+            f"{report} could not record {', '.join(unrecorded)} (Python objects), so the run cannot be rebuilt",
+            hint="use what the command line can name (--import MODULE for custom layers) and convert again",
+        )
+    model, policy = keywords.pop("model"), keywords.pop("policy")
+    export = {k: keywords.pop(k) for k in list(keywords) if k in EXPORT_KEYWORDS}
+    return conversion_options(model, policy, **keywords), export_options(**export)
+
+
+def replay(
+    report: str | Path,
+    out: str | Path | None = None,
+    *,
+    force: bool = False,
+    on_stage: Callable[[str], None] | None = None,
+    command: tuple[str, ...] | None = None,
+) -> Replay:
+    """Convert again from what `report` (a report.json or its folder) recorded, into `out`, and compare.
+
+    The model and data file must be the ones the report names (same
+    sha256), else MpconvertError. `out` defaults to the report's folder
+    name plus `_replay`, beside it; an existing non-empty folder needs
+    `force`. `command` is recorded as the replay's command line (the CLI
+    passes its own).
+    """
+    from .comparison import compared
+    from .pipeline import convert_and_save
+    from .stored import read_report
+
+    path = Path(report)
+    path = path / "report.json" if path.is_dir() else path
+    stored = read_report(path)
+    options, export = replay_options(stored, path)
+    folder = path.absolute().parent
+    target = Path(out) if out is not None else folder.parent / f"{folder.name}_replay"
+    save = SaveOptions(target, export, force, command=command)
+    new, written = convert_and_save(options, save, _hooks(on_stage, None))
+    again = new.to_json()
+    return Replay(path, written, again, compared(stored, again), new.exit_code)

@@ -9,6 +9,7 @@ written. The flags themselves are derived in flags.py.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -195,6 +196,54 @@ def check_command(report_file, junit, summary, as_json, html, quiet, debug, **th
             write_report_page(stored, html)
         outputs.emit(stored, report_file)
         return report.exit_code
+
+    sys.exit(run_action(debug, action))
+
+
+@cli.command("replay")
+@click.argument("report_file", metavar="REPORT", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder for the replayed conversion [default: REPORT's folder name + _replay, beside it].",
+)
+@click.option("--force", is_flag=True, help="Replace an existing non-empty --out folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")
+@quiet_option
+@debug_option
+def replay_command(report_file, out, force, as_json, quiet, debug):
+    """Convert again from what REPORT (a report.json or its folder) recorded, and print what differs.
+
+    The model and the data file must be the ones REPORT names (the same
+    sha256); the options, the seed and the export are REPORT's. Figures,
+    artifact hashes, versions and the machine are compared; the exit code
+    is the replayed conversion's.
+    """
+
+    def action() -> int:
+        from ..api import replay
+        from ..render import LiveDisplay
+        from ..render.replay import render_replay
+
+        with LiveDisplay(quiet or as_json) as display:
+            result = replay(report_file, out, force=force, on_stage=display.hooks().stage, command=command_line())
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "replayed": str(result.replayed),
+                        "out": str(result.out),
+                        "passed": result.report["passed"],
+                        "differences": [d.to_json() for d in result.differences],
+                        "compared": len(result.compared),
+                    },
+                    indent=2,
+                )
+            )
+        elif not quiet:
+            render_replay(result.replayed, result.out, result.compared)
+        return result.exit_code
 
     sys.exit(run_action(debug, action))
 
