@@ -194,3 +194,11 @@ def test_golden_rows_hold_both_models_outputs_and_are_hashed(classifier, cli_run
     got = next(iter(served(tf.constant(rows)).values())).numpy()
     np.testing.assert_allclose(converted, got, atol=1e-3)
     assert np.abs(converted - float32).max() > 0  # 16-bit compute moved them: the two are not one array twice
+
+
+def test_the_page_sets_each_artifact_s_size_beside_the_original_s(cli_run):
+    _, out, report = cli_run
+    page = (out / "report.html").read_text()
+    original = report["provenance"]["model"]["bytes"]
+    for artifact in report["artifacts"]:
+        assert f"{artifact['bytes'] / original:.2f}x" in page, artifact["kind"]

@@ -225,8 +225,14 @@ def _finetune(report: dict) -> dict | None:
 def _artifacts(report: dict) -> list[dict]:
     limits = parity_limits(report["gate"])
     checks = {c["name"]: c for c in report["gate"]["checks"]}
+    original = ((report.get("provenance") or {}).get("model") or {}).get("bytes")
     return [
-        {**a, "limit": limits.get(a["kind"]), "check": checks.get(f"{PARITY}: {a['kind']}")}
+        {
+            **a,
+            "limit": limits.get(a["kind"]),
+            "check": checks.get(f"{PARITY}: {a['kind']}"),
+            "of_original": a["bytes"] / original if original and a.get("bytes") else None,
+        }
         for a in report.get("artifacts") or []
     ]
 
