@@ -417,6 +417,8 @@ def _time_in_child(
         if isinstance(line, Stopped):
             if not loaded[0]:
                 return timed, None, f"the model did not load in {CHILD_LOAD_S:g} s"
+            if time.perf_counter() >= until():  # the whole budget is spent: not timed, not a kernel's fault
+                return timed, None, None
             return timed, policies[len(timed)], None
         if line.get("loaded"):
             loaded[0] = True
@@ -528,10 +530,9 @@ def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: fl
             f"keep float32 here: neither policy serves this model at least {PAYS:g}x as fast as float32 "
             f"({measured.strip(', ') or 'not timed'}; {device}); convert for the hardware it will serve on"
         )
-    short = [f"{p} {cut[p]}" for p in MODEL_POLICIES[1:] if p in cut]
-    if not short:
-        untimed = next((p for p in order if p in notes), None)
-        short = [f"the {budget_s:g} s budget ran out before {untimed} was timed"] if untimed else []
+    untimed = next((p for p in order if p in notes), None)
+    short = [f"the {budget_s:g} s budget ran out before {untimed} was timed"] if untimed else []
+    short += [f"{p} {cut[p]}" for p in MODEL_POLICIES[1:] if p in cut]
     return {
         "model": str(load.path),
         "batch": batch,
