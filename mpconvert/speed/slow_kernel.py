@@ -44,6 +44,7 @@ from ..runners.base import Runner
 from ..sections import KernelProbe, SlowKernel
 from ..sections.speed import slower_of
 from .kernel_probe import WHAT, Probed
+from .measure import serving_rows
 
 # A 16-bit model this many times slower than float32 on one batch has hit a
 # broken kernel. A missing speed-up costs at most about 2x: 16-bit matmuls on
@@ -83,20 +84,9 @@ def threshold() -> float:
         return SLOWER
 
 
-def serving_rows(inputs: list, batch: int) -> list:
-    """`batch` rows of each input: the first ones, repeated when there are fewer."""
-    rows = []
-    for x in inputs:
-        x = np.asarray(x)
-        if len(x) and len(x) < batch:
-            x = np.concatenate([x] * (-(-batch // len(x))))
-        rows.append(x[:batch])
-    return rows
-
-
 def probe(original: Runner, converted: Runner, inputs: list, batch: int) -> KernelProbe:
     """One batch of `batch` rows through each model's traced call (after the trace): ms each, how much slower."""
-    rows = serving_rows(inputs, batch)
+    rows = serving_rows([np.asarray(x) for x in inputs], batch)
     timed = {}
     for name, runner in (("float32", original), ("converted", converted)):
         run = runner.timer(rows)
