@@ -2,7 +2,7 @@
 
 In memory (`convert`):
 
-    load -> lint -> rewrite (+ float32 fidelity proof) -> kernel check -> finetune -> validate
+    load (+ kernel probe beside it) -> lint -> rewrite (+ float32 fidelity proof) -> kernel check -> finetune -> validate
          -> search (when the gate would fail; then rewrite -> finetune -> validate again)
          -> pad (+ equivalence proof) -> speed
 
@@ -208,7 +208,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
     reference: list[np.ndarray] = []  # the float32 model's validation outputs, run once
     slow: list = []  # the slow-kernel guard's finding, after the first rewrite
     if pending:
-        with clock.stage("kernel check"):  # before a second goes into a broken kernel on this model
+        with clock.stage("kernel probe"):  # before a second goes into a broken kernel on this model
             found_early = early(precision.name, pending.result().get(precision.name), hooks.may_restart)
         if found_early:
             slow.append(found_early)
