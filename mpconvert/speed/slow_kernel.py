@@ -59,6 +59,7 @@ SLOWER = 8.0
 THRESHOLD_ENV = "MPCONVERT_SLOW_KERNEL_RATIO"
 FOUND_ENV = "MPCONVERT_SLOW_KERNEL"
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
+CALLS, CALLS_BUDGET_S = 3, 1.0  # the model's check: calls per side, and when to stop repeating
 FIX = f"{ONEDNN_ENV}=0 (oneDNN's graph rewrites off)"
 
 
@@ -91,9 +92,15 @@ def probe(original: Runner, converted: Runner, inputs: list, batch: int) -> Kern
     for name, runner in (("float32", original), ("converted", converted)):
         run = runner.timer(rows)
         run()  # traces
-        start = time.perf_counter()
-        run()
-        timed[name] = (time.perf_counter() - start) * 1000
+        calls: list[float] = []
+        # The fastest of up to CALLS calls, fewer past CALLS_BUDGET_S: on a shared machine one call of a
+        # sub-millisecond model can be preempted to 10x its time, and a normal mixed_bfloat16 run once
+        # read past 8x on a single call; a broken kernel is slow on every call.
+        while len(calls) < CALLS and sum(calls) < CALLS_BUDGET_S * 1000:
+            start = time.perf_counter()
+            run()
+            calls.append((time.perf_counter() - start) * 1000)
+        timed[name] = min(calls)
     float32_ms, converted_ms = round(timed["float32"], 3), round(timed["converted"], 3)
     # The ratio of the rounded figures, the ones the report stores, so that a re-check derives the same.
     return KernelProbe(
