@@ -2,7 +2,7 @@
 
 In memory (`convert`):
 
-    load -> lint -> rewrite (+ float32 fidelity proof) -> kernel check -> finetune -> validate
+    load (+ kernel probe beside it) -> lint -> rewrite (+ float32 fidelity proof) -> kernel check -> finetune -> validate
          -> search (when the gate would fail; then rewrite -> finetune -> validate again)
          -> pad (+ equivalence proof) -> speed
 
@@ -57,6 +57,7 @@ from .speed import (
     SPEED_BATCH,
     PathSpeed,
     Speed,
+    kernel_probe,
     measure_onnx_speed,
     measure_speed,
     padding_cost,
@@ -64,7 +65,7 @@ from .speed import (
     target_note,
     warning_for,
 )
-from .speed.slow_kernel import guard
+from .speed.slow_kernel import early, guard, kernel_probe_wanted
 from .validate import judge, judging
 from .writing import reported_at, write_text, writing
 
@@ -200,8 +201,15 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
     """Every stage up to the export, in memory: nothing is written."""
     clock = _Clock(hooks)
     precision = options.precision
+    # The kernel probe runs in a child process beside the load (cached per machine: usually no child at all).
+    pending = kernel_probe.start((precision.name,)) if kernel_probe_wanted(precision.name) else None
     with clock.stage("load"):
-        source = open_model(options.load)
+        try:
+            source = open_model(options.load)
+        except BaseException:
+            if pending:
+                pending.stop()
+            raise
         _refuse_unable(source, options)
         data = evaluation_data(source.original, source.signature, source.tasks, options.validate, options.seed)
         metrics, thresholds = judging(options, source.tasks, data)
@@ -218,6 +226,11 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
     tune = bool(finetune_options.steps) and source.can(Capability.FINETUNE)
     reference: list[np.ndarray] = []  # the float32 model's validation outputs, run once
     slow: list = []  # the slow-kernel guard's finding, after the first rewrite
+    if pending:
+        with clock.stage("kernel probe"):  # before a second goes into a broken kernel on this model
+            found_early = early(precision.name, pending.result().get(precision.name), hooks.may_restart)
+        if found_early:
+            slow.append(found_early)
 
     def convert_with(rewrite_options: RewriteOptions):
         """rewrite -> finetune -> validate, once per set of units kept float32."""
@@ -226,7 +239,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
         if not slow:  # before any minutes go into a broken kernel
             with clock.stage("kernel check"):
                 original, converted = source.runner(source.original), source.runner(candidate.model)
-                slow.append(guard(precision.name, original, converted, inputs, hooks.may_restart))
+                slow.append(guard(precision.name, original, converted, inputs, options.speed_batch, hooks.may_restart))
         tuning = None
         if tune:
             with clock.stage("finetune"):

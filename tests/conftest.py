@@ -1,10 +1,13 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# The kernel probe's per-machine answers go to a folder of this test run, not the user's cache.
+os.environ.setdefault("MPCONVERT_CACHE_DIR", tempfile.mkdtemp(prefix="mpconvert-test-cache-"))
 # tiny_models lives beside the tests
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -69,6 +69,9 @@ def comparable(report: dict) -> dict:
         artifact["bytes"] = pytest.approx(artifact["bytes"], rel=0.01)
         artifact.pop("sha256")  # the same few bytes of traced-function names differ
     report["provenance"].pop("command")  # the API has none
+    if report["slow_kernel"]:  # its figures are timings; what was found and done is what must agree
+        report["slow_kernel"] = {key: report["slow_kernel"][key] for key in ("done", "cached")}
+        report["slow_kernel"]["cached"] = None  # the second run reads the first one's probe from the cache
     return report
 
 
@@ -149,11 +152,14 @@ def test_convert_leaves_model_policy_and_disk_alone_and_prints_nothing(K, tmp_pa
     assert K.mixed_precision.global_policy().name == before_policy
     assert all(np.array_equal(a, b) for a, b in zip(weights, model.get_weights()))
     assert {layer.dtype_policy.name for layer in model.layers} == {"float32"}
+    # The kernel probe's finding (mixed_float16 on an AMX Xeon) makes the model's own kernel check moot.
+    probed = (conv.report["slow_kernel"] or {}).get("found", {}).get("what", "").startswith("one fused Dense")
     assert stages == [
         "load",
+        "kernel probe",
         "lint",
         "rewrite",
-        "kernel check",
+        *([] if probed else ["kernel check"]),
         "validate",
         "pad",
         "speed",

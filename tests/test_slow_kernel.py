@@ -16,6 +16,8 @@ import tiny_models
 from conftest import SAMPLES, console_script
 
 import mpconvert
+from mpconvert.speed import kernel_probe
+from mpconvert.speed.kernel_probe import CACHE_ENV, STAND_IN_ENV
 from mpconvert.speed.slow_kernel import FOUND_ENV, ONEDNN_ENV, THRESHOLD_ENV
 
 CANCER = SAMPLES / "cancer_mlp.keras"
@@ -23,8 +25,9 @@ CANCER = SAMPLES / "cancer_mlp.keras"
 
 def run_cli(*args, env=None):
     environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
-    environment.pop(FOUND_ENV, None)
-    environment.pop(ONEDNN_ENV, None)
+    for name in (FOUND_ENV, ONEDNN_ENV, STAND_IN_ENV, THRESHOLD_ENV):
+        if name not in (env or {}):
+            environment.pop(name, None)
     return subprocess.run(
         [console_script(), *map(str, args)], capture_output=True, text=True, env=environment, timeout=600
     )
@@ -40,8 +43,11 @@ def test_a_slow_kernel_restarts_the_command_with_onednn_off_and_reports_both_fig
     found = json.loads((out / "report.json").read_text())["slow_kernel"]
     assert found["done"] == "restarted with TF_ENABLE_ONEDNN_OPTS=0 (oneDNN's graph rewrites off)"
     for figures in (found["found"], found["fixed"]):  # default settings, then the fix
-        assert figures["rows"] == 64 and figures["float32_ms"] > 0 and figures["converted_ms"] > 0
+        assert figures["float32_ms"] > 0 and figures["converted_ms"] > 0
         assert figures["slower"] == pytest.approx(figures["converted_ms"] / figures["float32_ms"], rel=0.02)
+    # The kernel probe (one small Dense, in a child process) found it before the model ran; the fix is the model's.
+    assert found["found"]["rows"] == 64 and found["found"]["what"].startswith("one fused Dense(256")
+    assert found["fixed"]["rows"] == 256 and found["fixed"]["what"] == "the model, one batch of 256 rows"
     assert "slow kernel:" in done.stdout and found["summary"] in " ".join(done.stdout.split())
     # The restart happened after everything unwound: no staging folder or lock is left beside the output.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
@@ -77,3 +83,56 @@ def test_a_batch_worker_restarts_itself(tmp_path):
     assert [m["status"] for m in summary["models"]] == ["passed"]
     report = json.loads((tmp_path / "root" / "m" / "mixed_float16" / "report.json").read_text())
     assert report["slow_kernel"]["done"].startswith("restarted with TF_ENABLE_ONEDNN_OPTS=0")
+
+
+def test_the_kernel_probe_finds_a_broken_kernel_before_the_model_runs_and_restarts(tmp_path):
+    out = tmp_path / "out"
+    done = run_cli(
+        CANCER, "--policy", "mixed_float16", "--out", out, "--export", "savedmodel",
+        env={STAND_IN_ENV: "mixed_float16", CACHE_ENV: str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "running again with TF_ENABLE_ONEDNN_OPTS=0" in done.stderr
+    found = json.loads((out / "report.json").read_text())["slow_kernel"]
+    assert found["done"].startswith("restarted with TF_ENABLE_ONEDNN_OPTS=0")
+    assert found["found"]["what"].startswith("one fused Dense(256") and found["found"]["slower"] >= 8
+    assert found["cached"] is False
+    assert found["fixed"]["rows"] == 256 and found["fixed"]["slower"] < 8  # the stand-in is sound with the fix
+    assert "set TF_ENABLE_ONEDNN_OPTS=0 where this model serves" in found["summary"]
+
+
+def test_a_sound_policy_is_not_touched_by_the_stand_in(tmp_path):
+    done = run_cli(
+        CANCER, "--policy", "mixed_bfloat16", "--out", tmp_path / "o", "--export", "savedmodel",
+        env={STAND_IN_ENV: "mixed_float16", CACHE_ENV: str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "o" / "report.json").read_text())["slow_kernel"] is None
+
+
+def test_the_probe_answer_is_cached_per_machine_and_tensorflow_build(tmp_path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv(STAND_IN_ENV, raising=False)
+    first = kernel_probe.start(("mixed_float16",)).result()["mixed_float16"]
+    assert first.cached is False and first.slower is not None and first.float32_ms > 0
+    again = kernel_probe.start(("mixed_float16",))
+    assert again.child is None  # no child process: the answer is on disk
+    second = again.result()["mixed_float16"]
+    assert second.cached is True and second.slower == first.slower
+    # Another oneDNN setting is another key: it is probed afresh.
+    assert kernel_probe.cache_file({ONEDNN_ENV: "0"}) != kernel_probe.cache_file({})
+
+
+def test_the_in_run_guard_judges_at_the_serving_batch(tmp_path, monkeypatch):
+    # The probe's answer (cached) says nothing is slow; the threshold makes the model itself count as slow.
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv(STAND_IN_ENV, raising=False)
+    monkeypatch.delenv(FOUND_ENV, raising=False)
+    monkeypatch.delenv(ONEDNN_ENV, raising=False)
+    sound = {"float32_ms": None, "converted_ms": None, "slower": None}  # the probe could not tell
+    kernel_probe.cache_file().parent.mkdir(parents=True, exist_ok=True)
+    kernel_probe.cache_file().write_text(json.dumps({"mixed_float16": sound}))
+    monkeypatch.setenv(THRESHOLD_ENV, "0.0001")
+    conversion = mpconvert.convert(tiny_models.mlp(keras), "mixed_float16", pad_multiple=0, speed=False)
+    found = conversion.report["slow_kernel"]["found"]
+    assert (found["rows"], found["what"]) == (256, "the model, one batch of 256 rows")

@@ -423,18 +423,24 @@ def test_doctor_model_times_the_users_model_under_each_policy(tmp_path):
     result = CliRunner().invoke(cli, ["doctor", str(path), "--json", "--speed-batch", "32"])
     assert result.exit_code == 0, result.output
     found = json.loads(result.stdout)
-    assert (found["model"], found["batch"], found["cut_short"]) == (str(path), 32, None)
+    assert (found["model"], found["batch"]) == (str(path), 32)
     assert set(found["policies"]) == {"float32", *POLICIES}
-    for entry in found["policies"].values():
+    for policy, entry in found["policies"].items():
+        if entry["cut_short"]:  # a broken kernel on this CPU (the AMX Xeon's float16): no speed, the fix's figure
+            assert entry["ms"] is None and entry["speedup"] is None and entry["with_fix"]["ms"] > 0
+            assert f"{policy} cut short: a broken kernel" in found["cut_short"]
+            continue
         assert entry["ms"] > 0 and entry["speedup"] == pytest.approx(
             found["policies"]["float32"]["ms"] / entry["ms"], rel=2e-3
         )
     best = found["recommended_policy"]
-    assert best is None or found["policies"][best]["speedup"] >= 1.1
+    if best and not found["recommended_setting"]:
+        assert found["policies"][best]["speedup"] >= 1.1
     assert (best or "keep float32") in found["recommendation"]
     short = json.loads(CliRunner().invoke(cli, ["doctor", str(path), "--json", "--budget", "0.000001"]).stdout)
-    assert short["cut_short"].startswith("the 1e-06 s budget ran out before mixed_float16")
-    assert short["policies"]["float32"]["ms"] > 0 and short["policies"]["mixed_float16"]["ms"] is None
+    assert "the 1e-06 s budget ran out before mixed_" in short["cut_short"]
+    assert short["policies"]["float32"]["ms"] > 0
+    assert all(short["policies"][p]["ms"] is None for p in POLICIES)
 
 
 # --- the speed gate, on hand-written reports ---------------------------------------------------

@@ -223,7 +223,10 @@ def speed_line(report: dict) -> str | None:
         text += " faster than float32" if min(timed.values()) > 1 else " float32's speed"
         text += " (slower)" if max(timed.values()) < 1 else ""
     if report.get("slow_kernel"):  # a kernel far slower than float32: what was found, and what was done
-        text += f"; with default settings {report['slow_kernel']['found']['slower']:g}x float32's time (see above)"
+        found = report["slow_kernel"]["found"]
+        probed = "the kernel probe " if (found.get("what") or "").startswith("one fused Dense") else ""
+        took = f"{found['slower']:g}x" if found.get("slower") is not None else "far more than"
+        text += f"; with default settings {probed}took {took} float32's time (see above)"
     elif timed and min(timed.values()) < 0.1:
         text += "; far slower than float32 here (see `mpconvert doctor` for the kernels this machine runs slowly)"
     if speed.get("target_note"):

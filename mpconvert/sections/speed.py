@@ -190,6 +190,8 @@ class KernelProbe(Section):
     float32_ms: float
     converted_ms: float
     slower: float | None  # converted / float32, to 3 significant digits (`slower_of`)
+    # What was timed: the model at the serving batch, or the one-Dense probe run before loading it
+    what: str | None = None
 
     def derived(self) -> KernelProbe:
         return replace(self, slower=slower_of(self.float32_ms, self.converted_ms))
@@ -207,6 +209,7 @@ class SlowKernel(Section):
     done: str
     fixed: KernelProbe | None  # after the restart with the fix; None when there was none
     summary: str
+    cached: bool | None = None  # `found` came from the per-machine probe's cache (None: measured on the model)
 
     def derived(self) -> SlowKernel:
         return replace(self, found=self.found.derived(), fixed=self.fixed.derived() if self.fixed else None)
