@@ -194,13 +194,23 @@ def _input_key_choices(signature: Signature, suffix: str) -> list[tuple[str, ...
     the name is left out where it would read as another key (an input named
     `y`, or `x_train`).
     """
-    if len(signature.inputs) > 1:
-        return [(spec.name + suffix,) for spec in signature.inputs]
-    name = signature.inputs[0].name
-    taken = {"x", "x" + TRAIN, *label_keys(signature), *label_keys(signature, TRAIN)}
-    if name in taken or name + TRAIN in taken:
-        return [("x" + suffix,)]
-    return [("x" + suffix, name + suffix)]
+    reserved = {"x", "x" + TRAIN, *label_keys(signature), *label_keys(signature, TRAIN)}
+    names = [spec.name for spec in signature.inputs]
+    # A model called with a dict reads its data by the dict's keys, and by
+    # its Input layers' names where no other key could mean them.
+    keys = signature.input_keys or tuple(names)
+
+    def clear(name: str, others: Iterable[str] = ()) -> bool:
+        taken = reserved | set(others)
+        return name not in taken and name + TRAIN not in taken
+
+    if len(names) > 1:
+        return [
+            (key + suffix,) + ((name + suffix,) if name != key and clear(name, keys) else ())
+            for key, name in zip(keys, names)
+        ]
+    extra = [name for name in dict.fromkeys((keys[0], names[0])) if clear(name)]
+    return [("x" + suffix,) + tuple(name + suffix for name in extra)]
 
 
 def _readable_keys(signature: Signature) -> list[str]:
@@ -276,8 +286,9 @@ def _pick_input_keys(where: str, keys: Collection[str], signature: Signature, su
     for choices in _input_key_choices(signature, suffix):
         present = [key for key in choices if key in keys]
         if len(present) > 1:
+            which = "the model's one input" if len(signature.inputs) == 1 else f"input {choices[0]!r}"
             raise MpconvertError(
-                f"{where} gives the model's one input twice, as {present[0]!r} and as {present[1]!r}",
+                f"{where} gives {which} twice, as {present[0]!r} and as {present[1]!r}",
                 hint=f"keep one of them: {' and '.join(map(repr, present))} name the same input",
             )
         picked.append(present[0] if present else choices[0])
@@ -481,14 +492,14 @@ def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarra
             raise MpconvertError(
                 f"{spec}: the {which} inputs have a key {unknown[0]!r}{_did_you_mean(str(unknown[0]), known)}, "
                 "which is not an input of the model",
-                hint=f"name the inputs {', '.join(names)}",
+                hint=f"name the inputs {', '.join(signature.input_keys or names)}",
             )
         keys = _pick_input_keys(f"{spec}: the {which} inputs", x, signature, "")
         missing = [k for k in keys if k not in x]
         if missing:
             raise MpconvertError(
                 f"{spec}: the {which} inputs have no {missing[0]!r} (they have {', '.join(map(str, x))})",
-                hint=f"name the inputs {', '.join(names)}",
+                hint=f"name the inputs {', '.join(signature.input_keys or names)}",
             )
         return [np.asarray(x[k]) for k in keys]
     if isinstance(x, (list, tuple)) and len(names) > 1:
