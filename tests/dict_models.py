@@ -5,7 +5,8 @@ into an Embedding and a Dense, a 3-class softmax "label". With
 `names="other"` the Input layers are named differently from the dict keys
 ("tok_ids", "numbers"), as users write them; with `outputs="dict"` the model
 also has a regression head: outputs {"score": ..., "label": ...}, built in
-that order while Keras sorts the output names.
+that order while Keras sorts the output names; `outputs="keys"` keys them
+"s" and "l", unlike the layers' names.
 
 The labels are a function of the inputs, learnt well in a few epochs on a
 few hundred rows, so an accuracy drift is a real figure.
@@ -42,16 +43,19 @@ def tokens_and_num(K, names: str = "same", outputs: str = "one", seed: int = 0, 
     trunk = K.layers.Dense(30, activation="relu", name="trunk")(joined)  # 30: padded to 32 under x8
     label = K.layers.Dense(3, activation="softmax", name="label")(trunk)
     heads: object = label
-    if outputs == "dict":
-        heads = {"score": K.layers.Dense(1, name="score")(trunk), "label": label}
+    if outputs in ("dict", "keys"):
+        score = K.layers.Dense(1, name="score")(trunk)
+        # "keys": dict keys unlike the output layers' names, which name the outputs.
+        heads = {"score": score, "label": label} if outputs == "dict" else {"s": score, "l": label}
     model = K.Model({"tokens": tokens, "num": num}, heads, name=f"tokens_and_num_{names}_{outputs}")
     d = data()
     x = {"tokens": d["tokens"][:300], "num": d["num"][:300]}
-    if outputs == "dict":
+    if outputs in ("dict", "keys"):
+        label_key, score_key = ("label", "score") if outputs == "dict" else ("l", "s")
         model.compile(
-            optimizer=K.optimizers.Adam(1e-2), loss={"label": "sparse_categorical_crossentropy", "score": "mse"}
+            optimizer=K.optimizers.Adam(1e-2), loss={label_key: "sparse_categorical_crossentropy", score_key: "mse"}
         )
-        y: object = {"label": d["label"][:300], "score": d["score"][:300]}
+        y: object = {label_key: d["label"][:300], score_key: d["score"][:300]}
     else:
         model.compile(optimizer=K.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
         y = d["label"][:300]

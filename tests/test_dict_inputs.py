@@ -157,3 +157,23 @@ def test_a_batch_worker_converts_a_dict_model(zoo, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     reports = list((tmp_path / "out").rglob("report.json"))
     assert len(reports) == 1 and report_of(reports[0].parent)["passed"]
+
+
+def test_a_keras2_savedmodel_with_dict_outputs_keyed_unlike_their_layers(zoo, tmp_path):
+    model = dm.tokens_and_num(tf_keras, names="other", outputs="keys")
+    signature = signature_of(model)
+    assert signature.output_keys == ("l", "s") and [s.name for s in signature.outputs] == ["label", "score"]
+    model.save(tmp_path / "k2", save_format="tf")
+    assert (tmp_path / "k2" / "keras_metadata.pb").is_file()
+    out = tmp_path / "out"
+    result = invoke(tmp_path / "k2", *CONVERT, "--data", zoo / "two_by_name.npz", "--out", out)
+    assert result.exit_code == 0, result.output
+    report = report_of(out)
+    assert report["source"]["format"] == "savedmodel"
+    by_output = {o["name"]: o for o in report["validation"]["outputs"]}
+    assert by_output["label"]["metric"] == "accuracy" and abs(by_output["label"]["drop"]) <= 0.03
+    assert by_output["score"]["metric"] == "mse"
+    assert report["padding"]["exported"] == "padded"
+    parity = {a["kind"]: a for a in report["artifacts"]}
+    assert set(parity) == {"savedmodel", "onnx"} and not any(a["failed"] for a in parity.values())
+    assert set(parity["savedmodel"]["outputs"]) == {"label", "score"}
