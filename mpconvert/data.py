@@ -464,6 +464,17 @@ def _per_output(spec: str, y, signature: Signature, which: str) -> list[np.ndarr
                 )
             y = next(iter(y.values()), None)
         return [None if y is None else np.asarray(y)]
+    if isinstance(y, dict) and signature.output_keys:
+        # Labels keyed as the model returns its outputs (the dict keys it was
+        # trained with) read as by output name, where the key names no other output.
+        by_key = {key: name for key, name in zip(signature.output_keys, names) if key not in names}
+        renamed = [by_key.get(k, k) for k in y]
+        if len(set(renamed)) < len(renamed):
+            raise MpconvertError(
+                f"{spec}: the {which} labels give an output twice, by its output name and by its dict key",
+                hint=f"keep one key per output: {', '.join(names)} or {', '.join(signature.output_keys)}",
+            )
+        y = dict(zip(renamed, y.values()))
     if isinstance(y, dict):
         unknown = [k for k in y if k not in names]
         if unknown:

@@ -177,3 +177,17 @@ def test_a_keras2_savedmodel_with_dict_outputs_keyed_unlike_their_layers(zoo, tm
     parity = {a["kind"]: a for a in report["artifacts"]}
     assert set(parity) == {"savedmodel", "onnx"} and not any(a["failed"] for a in parity.values())
     assert set(parity["savedmodel"]["outputs"]) == {"label", "score"}
+
+
+def test_the_api_takes_labels_keyed_like_the_models_dict_outputs():
+    model = dm.tokens_and_num(keras, names="other", outputs="keys", epochs=5)
+    d = dm.data()
+    x = {"tokens": d["tokens"][300:], "num": d["num"][300:]}
+    conv = mpconvert.convert(model, "mixed_bfloat16", data=(x, {"l": d["label"][300:]}), finetune_steps=0)
+    assert {o["name"]: o["metric"] for o in conv.report["validation"]["outputs"]} == {
+        "label": "accuracy",
+        "score": None,  # no labels for it: a drift check
+    }
+    assert conv.report["validation"]["outputs"][0]["reference"] > 0.5  # labels read: an accuracy, not a drift check
+    with pytest.raises(mpconvert.MpconvertError, match="give an output twice"):
+        mpconvert.convert(model, "mixed_bfloat16", data=(x, {"l": d["label"][300:], "label": d["label"][300:]}))
