@@ -20,7 +20,8 @@ import tf_keras
 from conftest import console_script, invoke
 
 import mpconvert
-from mpconvert.signature import signature_of
+from mpconvert.data import Task, load_npz
+from mpconvert.signature import Signature, TensorSpec, signature_of
 
 CONVERT = ["--policy", "mixed_float16", "--export", "savedmodel,onnx"]
 
@@ -191,3 +192,24 @@ def test_the_api_takes_labels_keyed_like_the_models_dict_outputs():
     assert conv.report["validation"]["outputs"][0]["reference"] > 0.5  # labels read: an accuracy, not a drift check
     with pytest.raises(mpconvert.MpconvertError, match="give an output twice"):
         mpconvert.convert(model, "mixed_bfloat16", data=(x, {"l": d["label"][300:], "label": d["label"][300:]}))
+
+
+def test_data_keys_for_dict_inputs_by_key_or_unambiguous_name(tmp_path):
+    out = (TensorSpec("label", (None, 3), "float32"),)
+    task = Task("softmax", out[0])
+    # Keys swapped against the layers' names: each name is another input's key, so only keys read.
+    swapped = Signature(
+        (TensorSpec("a", (None, 2), "float32"), TensorSpec("b", (None, 2), "float32")), out, input_keys=("b", "a")
+    )
+    rows = np.zeros((4, 2), np.float32)
+    np.savez(tmp_path / "swapped.npz", a=rows, b=rows + 1, y=np.zeros(4, np.int64))
+    read = load_npz(tmp_path / "swapped.npz", swapped, task)
+    assert read.validation.inputs[0].mean() == 1.0  # input "a" is fed by key "b"
+    # One dict input: x, its key or its layer's name; two of them at once are refused.
+    one = Signature((TensorSpec("numbers", (None, 2), "float32"),), out, input_keys=("num",))
+    for key in ("x", "num", "numbers"):
+        np.savez(tmp_path / f"{key}.npz", **{key: rows, "y": np.zeros(4, np.int64)})
+        assert load_npz(tmp_path / f"{key}.npz", one, task).validation.rows == 4
+    np.savez(tmp_path / "both.npz", num=rows, numbers=rows, y=np.zeros(4, np.int64))
+    with pytest.raises(mpconvert.MpconvertError, match="one input twice"):
+        load_npz(tmp_path / "both.npz", one, task)
