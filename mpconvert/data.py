@@ -152,6 +152,33 @@ def label_keys(signature: Signature, suffix: str = "") -> list[str]:
     return [f"y_{spec.name}{suffix}" for spec in signature.outputs]
 
 
+def _label_key_choices(signature: Signature, suffix: str = "") -> list[tuple[str, ...]]:
+    """The keys each output's labels may be read from: `y_<output name>`, or `y_<dict key>` for a
+    model built with a dict of outputs whose key names no other output."""
+    firsts = label_keys(signature, suffix)
+    names = [spec.name for spec in signature.outputs]
+    if len(firsts) == 1 or not signature.output_keys:
+        return [(first,) for first in firsts]
+    return [
+        (first,) + ((f"y_{key}{suffix}",) if key not in names else ())
+        for first, key in zip(firsts, signature.output_keys)
+    ]
+
+
+def _pick_label_keys(where: str, keys: Collection[str], signature: Signature, suffix: str) -> list[str]:
+    """The key each output's labels are read from: the one of its choices that is present, else its first."""
+    picked = []
+    for choices in _label_key_choices(signature, suffix):
+        present = [key for key in choices if key in keys]
+        if len(present) > 1:
+            raise MpconvertError(
+                f"{where} labels output {choices[0].removeprefix('y_')!r} twice, as {present[0]!r} and {present[1]!r}",
+                hint=f"keep one of them: {' and '.join(map(repr, present))} label the same output",
+            )
+        picked.append(present[0] if present else choices[0])
+    return picked
+
+
 def _row_digests(split: Split) -> list[bytes]:
     """One digest per row over every input's values: equal rows, equal digests."""
     flat = [np.ascontiguousarray(x).reshape(len(x), -1) for x in split.inputs]
@@ -194,7 +221,7 @@ def _input_key_choices(signature: Signature, suffix: str) -> list[tuple[str, ...
     the name is left out where it would read as another key (an input named
     `y`, or `x_train`).
     """
-    reserved = {"x", "x" + TRAIN, *label_keys(signature), *label_keys(signature, TRAIN)}
+    reserved = {"x", "x" + TRAIN} | {k for sfx in ("", TRAIN) for c in _label_key_choices(signature, sfx) for k in c}
     names = [spec.name for spec in signature.inputs]
     # A model called with a dict reads its data by the dict's keys, and by
     # its Input layers' names where no other key could mean them.
@@ -219,7 +246,7 @@ def _readable_keys(signature: Signature) -> list[str]:
         key
         for suffix in ("", TRAIN)
         for key in [k for choices in _input_key_choices(signature, suffix) for k in choices]
-        + label_keys(signature, suffix)
+        + [k for choices in _label_key_choices(signature, suffix) for k in choices]
     ]
 
 
@@ -550,7 +577,7 @@ def _split(
 ) -> Split | None:
     choices = _input_key_choices(signature, suffix)
     keys = _pick_input_keys(where, arrays, signature, suffix)
-    labels_at = label_keys(signature, suffix)
+    labels_at = _pick_label_keys(where, arrays, signature, suffix)
     several = len(labels_at) > 1
     present = [k for k in keys + labels_at if k in arrays]
     if not present and not required:

@@ -166,8 +166,12 @@ def test_a_keras2_savedmodel_with_dict_outputs_keyed_unlike_their_layers(zoo, tm
     assert signature.output_keys == ("l", "s") and [s.name for s in signature.outputs] == ["label", "score"]
     model.save(tmp_path / "k2", save_format="tf")
     assert (tmp_path / "k2" / "keras_metadata.pb").is_file()
+    # Labels keyed by the dict keys (y_l, y_s), inputs by the Input layers' names.
+    with np.load(zoo / "two_by_name.npz") as arrays:
+        renamed = {k.replace("y_label", "y_l").replace("y_score", "y_s"): arrays[k] for k in arrays.files}
+    np.savez(tmp_path / "by_keys.npz", **renamed)
     out = tmp_path / "out"
-    result = invoke(tmp_path / "k2", *CONVERT, "--data", zoo / "two_by_name.npz", "--out", out)
+    result = invoke(tmp_path / "k2", *CONVERT, "--data", tmp_path / "by_keys.npz", "--out", out)
     assert result.exit_code == 0, result.output
     report = report_of(out)
     assert report["source"]["format"] == "savedmodel"
@@ -178,6 +182,10 @@ def test_a_keras2_savedmodel_with_dict_outputs_keyed_unlike_their_layers(zoo, tm
     parity = {a["kind"]: a for a in report["artifacts"]}
     assert set(parity) == {"savedmodel", "onnx"} and not any(a["failed"] for a in parity.values())
     assert set(parity["savedmodel"]["outputs"]) == {"label", "score"}
+    np.savez(tmp_path / "twice.npz", **renamed, y_label=renamed["y_l"])
+    result = invoke(tmp_path / "k2", *CONVERT, "--data", tmp_path / "twice.npz", "--out", tmp_path / "twice")
+    assert result.exit_code == 1 and "labels output 'label' twice, as 'y_label' and 'y_l'" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_the_api_takes_labels_keyed_like_the_models_dict_outputs():
