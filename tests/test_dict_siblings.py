@@ -7,6 +7,9 @@ Input layers' names, so data keyed by the dict keys is refused, naming them.
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import dict_models as dm
 import keras
@@ -87,3 +90,26 @@ def test_a_serving_savedmodel_refuses_data_keyed_by_the_dict_keys_naming_its_inp
     fix = next(line for line in result.output.splitlines() if line.lstrip().startswith("fix:"))
     assert "tok_ids" in fix and "numbers" in fix  # the signature's order, which the export chooses
     assert result.output.count("error:") == 1 and "fix:" in result.output and "Traceback" not in result.output
+
+
+def test_a_serving_savedmodels_inputs_keep_one_order_whatever_the_hash_seed(tmp_path):
+    # A loaded signature's keywords come from a protobuf map, ordered by the
+    # process's string hashing: without sorting, the inputs' order (and a list
+    # of inputs given from Python) changed from run to run.
+    dm.tokens_and_num(keras, names="other", epochs=1).export(tmp_path / "served", verbose=False)
+    script = (
+        "import sys; from mpconvert.frozen.freeze import load_frozen; "
+        "print([s.name for s in load_frozen(sys.argv[1]).signature.inputs])"
+    )
+    orders = {
+        subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "served")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout.strip()
+        for seed in range(4)
+    }
+    assert orders == {"['numbers', 'tok_ids']"}
