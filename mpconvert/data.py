@@ -152,6 +152,33 @@ def label_keys(signature: Signature, suffix: str = "") -> list[str]:
     return [f"y_{spec.name}{suffix}" for spec in signature.outputs]
 
 
+def _label_key_choices(signature: Signature, suffix: str = "") -> list[tuple[str, ...]]:
+    """The keys each output's labels may be read from: `y_<output name>`, or `y_<dict key>` for a
+    model built with a dict of outputs whose key names no other output."""
+    firsts = label_keys(signature, suffix)
+    names = [spec.name for spec in signature.outputs]
+    if len(firsts) == 1 or not signature.output_keys:
+        return [(first,) for first in firsts]
+    return [
+        (first,) + ((f"y_{key}{suffix}",) if key not in names else ())
+        for first, key in zip(firsts, signature.output_keys)
+    ]
+
+
+def _pick_label_keys(where: str, keys: Collection[str], signature: Signature, suffix: str) -> list[str]:
+    """The key each output's labels are read from: the one of its choices that is present, else its first."""
+    picked = []
+    for choices in _label_key_choices(signature, suffix):
+        present = [key for key in choices if key in keys]
+        if len(present) > 1:
+            raise MpconvertError(
+                f"{where} labels output {choices[0].removeprefix('y_')!r} twice, as {present[0]!r} and {present[1]!r}",
+                hint=f"keep one of them: {' and '.join(map(repr, present))} label the same output",
+            )
+        picked.append(present[0] if present else choices[0])
+    return picked
+
+
 def _row_digests(split: Split) -> list[bytes]:
     """One digest per row over every input's values: equal rows, equal digests."""
     flat = [np.ascontiguousarray(x).reshape(len(x), -1) for x in split.inputs]
@@ -194,13 +221,23 @@ def _input_key_choices(signature: Signature, suffix: str) -> list[tuple[str, ...
     the name is left out where it would read as another key (an input named
     `y`, or `x_train`).
     """
-    if len(signature.inputs) > 1:
-        return [(spec.name + suffix,) for spec in signature.inputs]
-    name = signature.inputs[0].name
-    taken = {"x", "x" + TRAIN, *label_keys(signature), *label_keys(signature, TRAIN)}
-    if name in taken or name + TRAIN in taken:
-        return [("x" + suffix,)]
-    return [("x" + suffix, name + suffix)]
+    reserved = {"x", "x" + TRAIN} | {k for sfx in ("", TRAIN) for c in _label_key_choices(signature, sfx) for k in c}
+    names = [spec.name for spec in signature.inputs]
+    # A model called with a dict reads its data by the dict's keys, and by
+    # its Input layers' names where no other key could mean them.
+    keys = signature.input_keys or tuple(names)
+
+    def clear(name: str, others: Iterable[str] = ()) -> bool:
+        taken = reserved | set(others)
+        return name not in taken and name + TRAIN not in taken
+
+    if len(names) > 1:
+        return [
+            (key + suffix,) + ((name + suffix,) if name != key and clear(name, keys) else ())
+            for key, name in zip(keys, names)
+        ]
+    extra = [name for name in dict.fromkeys((keys[0], names[0])) if clear(name)]
+    return [("x" + suffix,) + tuple(name + suffix for name in extra)]
 
 
 def _readable_keys(signature: Signature) -> list[str]:
@@ -209,7 +246,7 @@ def _readable_keys(signature: Signature) -> list[str]:
         key
         for suffix in ("", TRAIN)
         for key in [k for choices in _input_key_choices(signature, suffix) for k in choices]
-        + label_keys(signature, suffix)
+        + [k for choices in _label_key_choices(signature, suffix) for k in choices]
     ]
 
 
@@ -276,8 +313,9 @@ def _pick_input_keys(where: str, keys: Collection[str], signature: Signature, su
     for choices in _input_key_choices(signature, suffix):
         present = [key for key in choices if key in keys]
         if len(present) > 1:
+            which = "the model's one input" if len(signature.inputs) == 1 else f"input {choices[0]!r}"
             raise MpconvertError(
-                f"{where} gives the model's one input twice, as {present[0]!r} and as {present[1]!r}",
+                f"{where} gives {which} twice, as {present[0]!r} and as {present[1]!r}",
                 hint=f"keep one of them: {' and '.join(map(repr, present))} name the same input",
             )
         picked.append(present[0] if present else choices[0])
@@ -453,6 +491,17 @@ def _per_output(spec: str, y, signature: Signature, which: str) -> list[np.ndarr
                 )
             y = next(iter(y.values()), None)
         return [None if y is None else np.asarray(y)]
+    if isinstance(y, dict) and signature.output_keys:
+        # Labels keyed as the model returns its outputs (the dict keys it was
+        # trained with) read as by output name, where the key names no other output.
+        by_key = {key: name for key, name in zip(signature.output_keys, names) if key not in names}
+        renamed = [by_key.get(k, k) for k in y]
+        if len(set(renamed)) < len(renamed):
+            raise MpconvertError(
+                f"{spec}: the {which} labels give an output twice, by its output name and by its dict key",
+                hint=f"keep one key per output: {', '.join(names)} or {', '.join(signature.output_keys)}",
+            )
+        y = dict(zip(renamed, y.values()))
     if isinstance(y, dict):
         unknown = [k for k in y if k not in names]
         if unknown:
@@ -481,14 +530,14 @@ def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarra
             raise MpconvertError(
                 f"{spec}: the {which} inputs have a key {unknown[0]!r}{_did_you_mean(str(unknown[0]), known)}, "
                 "which is not an input of the model",
-                hint=f"name the inputs {', '.join(names)}",
+                hint=f"name the inputs {', '.join(signature.input_keys or names)}",
             )
         keys = _pick_input_keys(f"{spec}: the {which} inputs", x, signature, "")
         missing = [k for k in keys if k not in x]
         if missing:
             raise MpconvertError(
                 f"{spec}: the {which} inputs have no {missing[0]!r} (they have {', '.join(map(str, x))})",
-                hint=f"name the inputs {', '.join(names)}",
+                hint=f"name the inputs {', '.join(signature.input_keys or names)}",
             )
         return [np.asarray(x[k]) for k in keys]
     if isinstance(x, (list, tuple)) and len(names) > 1:
@@ -528,7 +577,7 @@ def _split(
 ) -> Split | None:
     choices = _input_key_choices(signature, suffix)
     keys = _pick_input_keys(where, arrays, signature, suffix)
-    labels_at = label_keys(signature, suffix)
+    labels_at = _pick_label_keys(where, arrays, signature, suffix)
     several = len(labels_at) > 1
     present = [k for k in keys + labels_at if k in arrays]
     if not present and not required:

@@ -189,7 +189,7 @@ class Trainer:
     ):
         import tensorflow as tf
 
-        from .signature import output_list
+        from .signature import signature_of
 
         losses = list(loss_fn) if isinstance(loss_fn, (list, tuple)) else [loss_fn]
         self.framework = framework
@@ -197,13 +197,14 @@ class Trainer:
         self.scaled = loss_scaling
         self.optimizer = framework.optimizer(learning_rate, loss_scaling)
         variables = model.trainable_variables
+        signature = signature_of(model)
         if framework.is_keras3:
             self.optimizer.build(variables)
 
         @tf.function(reduce_retracing=True)
         def gradients(inputs, labels):
             with tf.GradientTape() as tape:
-                outputs = output_list(model, model(inputs if len(inputs) > 1 else inputs[0], training=True))
+                outputs = signature.output_list(model(signature.feed(inputs), training=True))
                 loss = tf.add_n(
                     [
                         tf.reduce_mean(tf.cast(fn(y, outputs[head]), tf.float32))

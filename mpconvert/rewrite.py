@@ -42,6 +42,7 @@ from .frameworks import Framework
 from .options import RewriteOptions
 from .precision import SIXTEEN_BIT
 from .sections import Layer
+from .signature import signature_of
 from .state import copy_model_state
 
 MODEL_CLASSES = ("Functional", "Sequential", "Model")
@@ -352,7 +353,7 @@ def _build(
     # A symbolic rebuild can succeed while the first real call fails (a
     # custom layer adding a float32 constant to a float16 tensor), so every
     # candidate model runs once before it is accepted.
-    new(smoke_inputs if len(smoke_inputs) > 1 else smoke_inputs[0], training=False)
+    new(signature_of(new).feed(smoke_inputs), training=False)
     return new, rounded
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,33 @@ class TensorSpec:
 class Signature:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    # A model built with dict inputs (outputs) takes (returns) a dict: its
+    # keys, one per spec in the specs' order, matched to the model's tensors
+    # by identity, since a key need not be the Input (output) layer's name.
+    # Empty for a model with a list or a single input (output).
+    input_keys: tuple[str, ...] = ()
+    output_keys: tuple[str, ...] = ()
+
+    def feed(self, inputs: Sequence[Any]) -> Any:
+        """What the model is called with for one array (or tensor) per input in the signature's order.
+
+        The only place that shapes a model's arguments: Keras 3 refuses a list
+        for a model built with a dict ("Expected: {'tokens': 'tokens', ...}").
+        """
+        if self.input_keys:
+            return dict(zip(self.input_keys, inputs, strict=True))
+        return list(inputs) if len(inputs) > 1 else inputs[0]
+
+    def output_list(self, outputs: Any) -> list:
+        """The model's outputs (a dict, a list or one tensor) as a list in the signature's order."""
+        if isinstance(outputs, dict):
+            if self.output_keys and set(self.output_keys) <= set(outputs):
+                return [outputs[key] for key in self.output_keys]
+            names = [spec.name for spec in self.outputs]
+            if names and set(names) <= set(outputs):
+                return [outputs[name] for name in names]
+            return list(outputs.values())
+        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -49,21 +77,24 @@ def signature_of(model: Any) -> Signature:
     outputs = tuple(
         TensorSpec(str(name), tuple(t.shape), _dtype_name(t.dtype)) for name, t in zip(out_names, model.outputs)
     )
-    return Signature(inputs, outputs)
+    return Signature(inputs, outputs, _keys(model, "input", model.inputs), _keys(model, "output", model.outputs))
 
 
-def output_list(model: Any, outputs: Any) -> list:
-    """A model's outputs as a list in the signature's order.
+def _keys(model: Any, structure: str, tensors: Any) -> tuple[str, ...]:
+    """The dict keys of `model.input` (`model.output`) in the order of `tensors`; () when not a dict.
 
-    A model built with dict outputs returns a dict in the order it was built
-    with, while its output_names (the signature) are sorted: by name, then.
+    Matched by identity: the flat tensors follow the sorted keys, which are
+    neither the order the dict was built in nor the layers' names.
     """
-    if isinstance(outputs, dict):
-        names = list(getattr(model, "output_names", None) or [])
-        if set(names) <= set(outputs) and names:
-            return [outputs[name] for name in names]
-        return list(outputs.values())
-    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    try:
+        nested = getattr(model, structure)
+    except (AttributeError, ValueError):  # a graph-level model, or a layer called more than once
+        return ()
+    if not isinstance(nested, dict):
+        return ()
+    by_id = {id(tensor): str(key) for key, tensor in nested.items()}
+    keys = tuple(by_id.get(id(tensor), "") for tensor in tensors)
+    return keys if all(keys) and len(set(keys)) == len(keys) else ()
 
 
 def _integer_upper_bound(model: Any) -> int:

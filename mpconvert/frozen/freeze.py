@@ -143,11 +143,13 @@ def load_frozen(path: Path, signature_name: str | None = None) -> FrozenGraph:
     fn = loaded.signatures[wanted]
     _, kwargs = fn.structured_input_signature
     frozen = convert_variables_to_constants_v2(fn)
-    names = list(kwargs)
-    # The frozen function's inputs follow the signature's flattened (sorted) keyword order.
-    ordered = sorted(names)
+    # Sorted, as the frozen function's inputs are (its flattened keyword
+    # order): a loaded signature's keywords come from a protobuf map, whose
+    # order changes from one process to the next, and the signature's order
+    # is the one the report, the artifacts and a list of inputs follow.
+    names = sorted(kwargs)
     placeholders = [t for t in frozen.inputs if t.dtype != tf.resource]
-    by_key = dict(zip(ordered, placeholders))
+    by_key = dict(zip(names, placeholders))
     inputs = tuple(TensorSpec(n, tuple(kwargs[n].shape), kwargs[n].dtype.name) for n in names)
     bad = [spec for spec in inputs if spec.dtype == "string"]
     if bad:

@@ -195,12 +195,14 @@ def _output_names(model):
 
 def _convert(model, specs, output_names, opset):
 
+    signature = signature_of(model)
+
     def call(*args):
-        outputs = model(args[0] if len(args) == 1 else list(args), training=False)
-        if isinstance(outputs, dict):
-            names, flat = list(outputs), list(outputs.values())
+        returned = model(signature.feed(args), training=False)
+        if isinstance(returned, dict) and not (output_names and len(output_names) == len(returned)):
+            names, flat = list(returned), list(returned.values())
         else:
-            flat = tf.nest.flatten(outputs)
+            flat = tf.nest.flatten(signature.output_list(returned))
             if output_names and len(output_names) == len(flat):
                 names = output_names
             else:

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..signature import Signature, output_list, signature_of
+from ..signature import Signature, signature_of
 from .base import RUNTIME_TENSORFLOW, RunResult, as_float32
 
 PREDICT_BATCH = 256
@@ -46,14 +46,16 @@ class KerasRunner:
         return self.signature or signature_of(self.model)
 
     def _predict(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        feed = list(inputs) if len(inputs) > 1 else inputs[0]
-        return as_float32(output_list(self.model, self.model.predict(feed, batch_size=PREDICT_BATCH, verbose=0)))
+        signature = self._signature
+        predicted = self.model.predict(signature.feed(inputs), batch_size=PREDICT_BATCH, verbose=0)
+        return as_float32(signature.output_list(predicted))
 
     def _forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        signature = self._signature
         chunks: list[list[np.ndarray]] = []
         for start in range(0, len(inputs[0]), FORWARD_BATCH):
-            feed = [x[start : start + FORWARD_BATCH] for x in inputs]
-            outputs = output_list(self.model, self.model(feed if len(feed) > 1 else feed[0], training=False))
+            feed = signature.feed([x[start : start + FORWARD_BATCH] for x in inputs])
+            outputs = signature.output_list(self.model(feed, training=False))
             chunks.append(as_float32(outputs))
         return [np.concatenate(parts) for parts in zip(*chunks)]
 
@@ -62,8 +64,8 @@ class KerasRunner:
 
         feeds = [x if tf.is_tensor(x) else tf.constant(x) for x in inputs]
         if self.path == "keras":
-            model = self.model
-            fn = tf.function(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=False))
+            model, signature = self.model, self._signature
+            fn = tf.function(lambda *xs: model(signature.feed(xs), training=False))
         else:
             # What the exported SavedModel's signature runs, traced in memory:
             # the same function the export hands to the export archive.
@@ -93,7 +95,7 @@ def serving_fn(model: Any, signature: Signature) -> Callable[..., dict]:
     names = [spec.name for spec in signature.outputs]
 
     def serve(*inputs: Any) -> dict:
-        outputs = output_list(model, model(list(inputs) if len(inputs) > 1 else inputs[0], training=False))
+        outputs = signature.output_list(model(signature.feed(inputs), training=False))
         return dict(zip(names, outputs))
 
     return serve
