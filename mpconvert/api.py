@@ -136,7 +136,7 @@ class Conversion:
         """
         from .pipeline import save
 
-        options = SaveOptions(Path(out), export_options(**export), force)
+        options = SaveOptions(out, export_options(**export), force)  # a URL stays a string: object storage
         self._report, _ = save(self._converted, options, _hooks(on_stage, None))
         return self.report
 

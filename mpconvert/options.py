@@ -17,6 +17,7 @@ from typing import Any
 from .errors import MpconvertError
 from .keywords import Keyword, check_ranges, keyword, table
 from .precision import Precision
+from .urls import is_url, local_path, output_url
 
 
 class ArtifactKind(StrEnum):
@@ -489,12 +490,22 @@ class ConvertOptions:
 
 @dataclass(frozen=True)
 class SaveOptions:
-    out: Path
+    out: Path | str  # a folder, or a URL of object storage (s3://bucket/prefix)
     export: ExportOptions = ExportOptions()
     force: bool = False
     # (file name, JSON value) written into the output folder with the report,
     # so they appear with it, whole or not at all (a batch's result key).
     attachments: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        # A URL stays a string (pathlib would collapse "s3://" into "s3:/"); it is checked
+        # here, before any work, so that credentials in it or an http(s) output fail at once.
+        if isinstance(self.out, str) and is_url(self.out):
+            output_url(self.out)
+        elif is_url(self.out):
+            local_path(self.out, "--out")  # a URL pathlib already collapsed cannot be recovered whole
+        else:
+            object.__setattr__(self, "out", Path(self.out))
 
 
 def default_out_dir(model_path: Path, policy: str) -> Path:
