@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import MpconvertError
+from .errors import MpconvertError, first_line
 from .urls import output_url
 
 EXTRA_HINT = "pip install mpconvert[s3] (fsspec and s3fs; for gs:// and others also their fsspec package, e.g. gcsfs)"
@@ -116,9 +116,11 @@ def open_store(url: str, flag: str = "--out") -> Store:
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except ImportError as exc:  # fsspec is there, the protocol's package (s3fs, gcsfs, adlfs) is not
-        raise MpconvertError(f"{flag} {label} needs {reason(exc)}", hint=EXTRA_HINT) from None
+        raise MpconvertError(f"{flag} {label} needs its fsspec package: {first_line(exc)}", hint=EXTRA_HINT) from None
     except ValueError as exc:  # a protocol fsspec does not know
         raise MpconvertError(f"{flag} {label}: {reason(exc)}", hint=EXTRA_HINT) from None
+    except Exception as exc:  # some backends (ftp, sftp) connect as they are made
+        raise MpconvertError(f"cannot open {label}: {reason(exc)}", hint=_SETUP_HINT) from None
     _quiet_loop()
     return Store(label, fs, path.rstrip("/"))
 

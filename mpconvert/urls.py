@@ -51,6 +51,11 @@ def output_url(url: str, flag: str = "--out") -> str:
             hint="remove them from the URL and give them where the storage library reads them "
             "(for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws); a URL ends up in logs and reports",
         )
+    if parts.scheme.lower() == "memory":
+        raise MpconvertError(
+            f"{flag} {label}: fsspec's memory file system ends with the process, so the output would be lost",
+            hint="give a local folder or object storage (s3://bucket/prefix)",
+        )
     if parts.scheme.lower() in _READ_ONLY:
         raise MpconvertError(
             f"{flag} {label}: mpconvert cannot write to an {parts.scheme} URL",

@@ -11,8 +11,9 @@ on a local root; each finished job's folder is uploaded with its
 reader, `--resume` included, never takes a half-uploaded folder for a result.
 
 Credentials come from where fsspec's backend looks (for S3: the environment,
-~/.aws, an instance role); mpconvert never reads or writes them, and a URL's
-user:password part is left out of everything it writes.
+~/.aws, an instance role); mpconvert never reads or writes them, and refuses
+a URL with a user:password part (objectstore.py, shared with the main
+command's `--out URL`).
 """
 
 from __future__ import annotations
@@ -149,9 +150,9 @@ class RemoteRoot:
     def close(self, folders: builtins.list[str]) -> None:
         """This run's job folders go, whatever happened; the staging folder too once no other run works in it.
 
-        A failed upload leaves the job's files here: they are this run's, and a
-        retry fetches what the bucket holds anyway. Other shards' folders on this
-        machine are theirs to remove.
+        Without this a failed upload (the server gone) would leave the job's
+        files behind; they are this run's, and a retry fetches what the bucket
+        holds anyway. Other shards' folders on this machine are theirs to remove.
         """
         for folder in folders:
             shutil.rmtree(self.local / folder, ignore_errors=True)
