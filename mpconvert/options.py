@@ -17,7 +17,7 @@ from typing import Any
 from .errors import MpconvertError
 from .keywords import Keyword, check_ranges, keyword, table
 from .precision import Precision
-from .urls import is_url, local_path, output_url
+from .urls import is_url, output_url
 
 
 class ArtifactKind(StrEnum):
@@ -502,8 +502,11 @@ class SaveOptions:
         # here, before any work, so that credentials in it or an http(s) output fail at once.
         if isinstance(self.out, str) and is_url(self.out):
             output_url(self.out)
-        elif is_url(self.out):
-            local_path(self.out, "--out")  # a URL pathlib already collapsed cannot be recovered whole
+        elif is_url(self.out):  # pathlib already collapsed it, and "s3:/b/x" must not become a local folder
+            raise MpconvertError(
+                f"out {self.out} looks like a URL that went through pathlib (which turns // into /)",
+                hint="pass an object-storage output as a string, e.g. 's3://bucket/prefix'",
+            )
         else:
             object.__setattr__(self, "out", Path(self.out))
 

@@ -39,7 +39,7 @@ class LocalPath(click.Path):
         if isinstance(value, str) and is_url(value):
             self.fail(
                 f"{without_credentials(value)} is a URL; only --out may be object storage. "
-                "Copy the file to this machine first (e.g. aws s3 cp) and give its local path",
+                "Give a local path (copy an input to this machine first, e.g. with aws s3 cp)",
                 param,
                 ctx,
             )
