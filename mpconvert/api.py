@@ -137,7 +137,7 @@ class Conversion:
         """
         from .pipeline import save
 
-        options = SaveOptions(Path(out), export_options(**export), force)
+        options = SaveOptions(out, export_options(**export), force)  # a URL stays a string: object storage
         self._report, _ = save(self._converted, options, _hooks(on_stage, None))
         return self.report
 
@@ -229,7 +229,7 @@ class Replay:
     """A conversion run again from what its report recorded, and what differs from the report."""
 
     replayed: Path  # the report.json replayed
-    out: Path  # the new output folder
+    out: Path | str  # the new output folder, or its URL
     report: dict  # the new report, as report.json holds it
     compared: tuple  # comparison.Difference for every compared field
     exit_code: int  # the new run's, as the main command's
@@ -318,7 +318,7 @@ def replay(
     stored = read_report(path)
     options, export = replay_options(stored, path)
     folder = path.absolute().parent
-    target = Path(out) if out is not None else folder.parent / f"{folder.name}_replay"
+    target = out if out is not None else folder.parent / f"{folder.name}_replay"
     save = SaveOptions(target, export, force, command=command)
     new, written = convert_and_save(options, save, _hooks(on_stage, None))
     again = new.to_json()

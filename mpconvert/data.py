@@ -29,6 +29,7 @@ import numpy as np
 from .errors import MpconvertError
 from .npz import SMALLER_SPLIT, open_npz
 from .signature import Signature, TensorSpec, generate_inputs
+from .urls import local_path
 from .usercode import import_module
 
 
@@ -336,6 +337,7 @@ def resolve_data(spec: Any, signature: Signature, tasks: tuple[Task, ...] | Task
         return None
     tasks = (tasks,) if isinstance(tasks, Task) else tasks
     if isinstance(spec, (str, Path)):
+        local_path(spec, "--data")  # a URL is no module:function, and pathlib would make it a local "s3:" path
         if isinstance(spec, str) and is_callable_spec(spec):
             return load_callable(spec, signature, tasks)
         path = Path(spec)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MpconvertError
+from .urls import local_path
 
 # What a keyword's value is, on the command line and in TOML:
 #   str, int, float, bool: one value (bool flags are --x, or --x/--no-x when on by default)
@@ -103,8 +104,8 @@ class Keyword:
             return tuple(value)
         if self.kind in ("tolerances", "per_output"):
             return per_kind(value)
-        if self.kind == "path":
-            return Path(value)
+        if self.kind == "path":  # read locally: a URL would become a relative "s3:" path
+            return local_path(value, self.name)
         return value
 
     def toml_types(self) -> tuple[type, ...]:

@@ -17,6 +17,7 @@ from typing import Any
 from .errors import MpconvertError
 from .keywords import Keyword, check_ranges, keyword, table
 from .precision import Precision
+from .urls import is_url, output_url
 
 
 class ArtifactKind(StrEnum):
@@ -489,7 +490,7 @@ class ConvertOptions:
 
 @dataclass(frozen=True)
 class SaveOptions:
-    out: Path
+    out: Path | str  # a folder, or a URL of object storage (s3://bucket/prefix)
     export: ExportOptions = ExportOptions()
     force: bool = False
     # (file name, JSON value) written into the output folder with the report,
@@ -497,6 +498,19 @@ class SaveOptions:
     attachments: tuple[tuple[str, Any], ...] = ()
     # The command line that asked for this run, for the report's provenance; None from the Python API.
     command: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        # A URL stays a string (pathlib would collapse "s3://" into "s3:/"); it is checked
+        # here, before any work, so that credentials in it or an http(s) output fail at once.
+        if isinstance(self.out, str) and is_url(self.out):
+            output_url(self.out)
+        elif is_url(self.out):  # pathlib already collapsed it, and "s3:/b/x" must not become a local folder
+            raise MpconvertError(
+                f"out {self.out} looks like a URL that went through pathlib (which turns // into /)",
+                hint="pass an object-storage output as a string, e.g. 's3://bucket/prefix'",
+            )
+        else:
+            object.__setattr__(self, "out", Path(self.out))
 
 
 def default_out_dir(model_path: Path, policy: str) -> Path:

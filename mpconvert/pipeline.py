@@ -45,6 +45,7 @@ from .kinds import Capability, ModelKind, Plan, open_model
 from .numerics.autokeep import AutoKeep, passes
 from .numerics.lint import Lint
 from .numerics.search import Goal
+from .objectstore import staged_upload
 from .options import PARITY_SAMPLES, AutoKeepMode, ConvertOptions, ExportOptions, Metric, RewriteOptions, SaveOptions
 from .outdir import claimed_output, staged_output
 from .pad import PadPlan
@@ -66,6 +67,7 @@ from .speed import (
     warning_for,
 )
 from .speed.slow_kernel import early, guard, kernel_probe_wanted
+from .urls import is_url, without_credentials
 from .validate import judge, judging
 from .writing import reported_at, write_text, writing
 
@@ -340,10 +342,33 @@ def bench_onnx(source: ModelKind, converted: Path, inputs: list[np.ndarray], bat
         )
 
 
-def save(converted: Converted, options: SaveOptions, hooks: Hooks = NO_HOOKS) -> tuple[Report, Path]:
-    """Write and re-check the artifacts; the output folder appears whole or not at all."""
-    with claimed_output(options.out, list(converted.inputs), options.force) as out:
-        return _write(converted, out, options, hooks), out
+@contextlib.contextmanager
+def _claimed(options: SaveOptions, inputs: list[Path]) -> Iterator[Path]:
+    """The local folder to write into: `--out` itself, or for object storage a staging folder uploaded at the end.
+
+    A prefix in object storage is checked (and a non-empty one refused without
+    --force) before any work, as a local folder is; the upload puts
+    report.json last, so a reader never takes a partial upload for a result.
+    """
+    if is_url(options.out):
+        with staged_upload(str(options.out), options.force, REPORT_NAME) as local:
+            with claimed_output(local, inputs, force=False) as out:
+                yield out
+    else:
+        with claimed_output(Path(options.out), inputs, options.force) as out:
+            yield out
+
+
+def written_at(options: SaveOptions, out: Path) -> Path | str:
+    """Where the output ended up: the folder, or the object-storage prefix it was uploaded to."""
+    return without_credentials(str(options.out)) if is_url(options.out) else out
+
+
+def save(converted: Converted, options: SaveOptions, hooks: Hooks = NO_HOOKS) -> tuple[Report, Path | str]:
+    """Write and re-check the artifacts; the output folder (or prefix) appears whole or not at all."""
+    with _claimed(options, list(converted.inputs)) as out:
+        report = _write(converted, out, options, hooks)
+    return report, written_at(options, out)
 
 
 def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
@@ -398,11 +423,12 @@ def write_report(report: Report, folder: Path) -> Path:
 
 def convert_and_save(
     options: ConvertOptions, save_options: SaveOptions, hooks: Hooks = NO_HOOKS
-) -> tuple[Report, Path]:
+) -> tuple[Report, Path | str]:
     """The command line's job: claim the output folder before any work, then convert and write.
 
     A folder that cannot be written, or that another run holds, fails here,
     before minutes of loading and fine-tuning.
     """
-    with claimed_output(save_options.out, list(read_files(options)), save_options.force) as out:
-        return _write(convert(options, hooks), out, save_options, hooks), out
+    with _claimed(save_options, list(read_files(options))) as out:
+        report = _write(convert(options, hooks), out, save_options, hooks)
+    return report, written_at(save_options, out)

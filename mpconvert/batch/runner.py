@@ -13,6 +13,7 @@ storage.py keeps in step with it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -250,7 +251,7 @@ def run_batch(
         with claimed_root(store.local, options.shard):
             summary = _run_claimed(store, jobs, options, on_event, baseline)
     finally:
-        store.close()
+        store.close([job.folder for job in jobs])
     if not options.shard:
         return BatchRun(summary, None, [], store.path(BATCH_NAME))
     combined, waiting = combine_if_last(store, options.shard[1])
@@ -303,7 +304,10 @@ def _run_claimed(
             time.sleep(_POLL)
     except BaseException:
         runner.stop_all()
-        record()
+        # The first error is the one to report: a storage that just failed an
+        # upload usually fails this summary's write too, and that must not hide it.
+        with contextlib.suppress(Exception):
+            record()
         raise
     finally:
         shutil.rmtree(runner.work, ignore_errors=True)

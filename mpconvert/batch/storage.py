@@ -11,8 +11,9 @@ on a local root; each finished job's folder is uploaded with its
 reader, `--resume` included, never takes a half-uploaded folder for a result.
 
 Credentials come from where fsspec's backend looks (for S3: the environment,
-~/.aws, an instance role); mpconvert never reads or writes them, and a URL's
-user:password part is left out of everything it writes.
+~/.aws, an instance role); mpconvert never reads or writes them, and refuses
+a URL with a user:password part (objectstore.py, shared with the main
+command's `--out URL`).
 """
 
 from __future__ import annotations
@@ -22,31 +23,17 @@ import contextlib
 import hashlib
 import json
 import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import MpconvertError, first_line
+from ..objectstore import Store, open_store, staging_root
 from ..outdir import merge_lock
 from ..render.html import INDEX_HTML, batch_page, write_batch_page
+from ..urls import is_url
 from .results import BATCH_NAME, parse_batch, read_batch, write_batch
 from .worker import RESULT_NAME
 
-_EXTRA_HINT = "pip install mpconvert[s3] (fsspec and s3fs; for gs:// and others also their fsspec package, e.g. gcsfs)"
-
-
-def is_url(text: str | Path) -> bool:
-    scheme = urlsplit(str(text)).scheme
-    return "://" in str(text) and len(scheme) > 1 and scheme != "file"  # "C:/..." is a path
-
-
-def _without_credentials(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+__all__ = ["LocalRoot", "RemoteRoot", "Root", "is_url", "open_root"]
 
 
 @dataclass
@@ -83,7 +70,7 @@ class LocalRoot:
     def publish_result(self, folder: str) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, folders: builtins.list[str]) -> None:
         pass
 
 
@@ -91,65 +78,49 @@ class LocalRoot:
 class RemoteRoot:
     """A batch root in object storage, worked on in a local staging folder."""
 
-    url: str  # without credentials
-    fs: Any  # an fsspec file system
-    base: str  # the root's path on it, without the protocol
+    store: Store
     local: Path
+
+    @property
+    def url(self) -> str:
+        return self.store.url  # without credentials
 
     @property
     def label(self) -> str:
         return self.url
 
     def path(self, relative: str) -> str:
-        return f"{self.url}/{relative}"
+        return self.store.address(relative)
 
     def _remote(self, relative: str) -> str:
-        return f"{self.base}/{relative}"
+        return self.store.remote(relative)
 
-    @contextlib.contextmanager
-    def _calling(self, what: str) -> Iterator[None]:
-        # The storage boundary: what the backend raises (no credentials, no bucket,
-        # access denied, the network) is the user's setup, said in one line.
-        try:
-            yield
-        except MpconvertError:
-            raise
-        except Exception as exc:
-            raise MpconvertError(
-                f"cannot {what} {self.url}: {type(exc).__name__}: {first_line(exc)}",
-                hint="check the bucket exists, and the credentials and endpoint the storage library reads "
-                "(for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or ~/.aws, AWS_ENDPOINT_URL for a non-AWS server)",
-            ) from None
+    def _calling(self, what: str, relative: str = "") -> contextlib.AbstractContextManager:
+        return self.store.calling(what, relative)
 
     def _files(self, relative: str = "") -> builtins.list[str]:
-        """Every object under the root (or a folder of it), relative to the root; never from a stale cache."""
-        with self._calling("list"):
-            self.fs.invalidate_cache()
-            where = self._remote(relative) if relative else self.base
-            try:
-                found = self.fs.find(where)
-            except FileNotFoundError:
-                return []
-        return [name[len(self.base) + 1 :] for name in found if name.startswith(self.base + "/")]
+        return self.store.files(relative)
 
     def list(self, relative: str) -> list[str]:
         prefix = relative.rstrip("/") + "/"
         return sorted({f[len(prefix) :].split("/")[0] for f in self._files(relative) if f.startswith(prefix)})
 
     def read_batch(self, relative: str) -> dict | None:
-        with self._calling("read"):
+        with self._calling("read", relative):
             try:
-                text = self.fs.cat_file(self._remote(relative)).decode()
+                text = self.store.fs.cat_file(self._remote(relative)).decode()
             except FileNotFoundError:
                 return None
         return parse_batch(text, self.path(relative))
 
     def write_batch(self, relative: str, summary: dict) -> None:
         # One PUT: readers see the old object or the new one.
-        with self._calling("write"):
-            self.fs.pipe_file(self._remote(relative), (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode())
+        with self._calling("write", relative):
+            self.store.fs.pipe_file(
+                self._remote(relative), (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode()
+            )
             if relative == BATCH_NAME:
-                self.fs.pipe_file(self._remote(INDEX_HTML), batch_page(summary, self.local).encode())
+                self.store.fs.pipe_file(self._remote(INDEX_HTML), batch_page(summary, self.local).encode())
 
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()  # see shards.py: the merge is the same bytes whoever writes it
@@ -165,30 +136,30 @@ class RemoteRoot:
             with self._calling("read"):
                 for name in (RESULT_NAME, "report.json"):
                     if f"{folder}/{name}" in stored:
-                        self.fs.get_file(self._remote(f"{folder}/{name}"), str(self.local / folder / name))
+                        self.store.fs.get_file(self._remote(f"{folder}/{name}"), str(self.local / folder / name))
 
     def publish_result(self, folder: str) -> None:
         """Upload a finished folder, its stamp last; the local copy then goes (staging holds only work)."""
         local = self.local / folder
-        files = sorted(p for p in local.rglob("*") if p.is_file() and p.name != RESULT_NAME)
-        with self._calling("upload to"):
-            old = [f for f in self._files(folder) if f.startswith(folder + "/")]
-            if f"{folder}/{RESULT_NAME}" in old:
-                self.fs.rm_file(self._remote(f"{folder}/{RESULT_NAME}"))  # first: the old result stops counting
-            for name in old:
-                if name != f"{folder}/{RESULT_NAME}":
-                    self.fs.rm_file(self._remote(name))
-            for path in files:
-                self.fs.put_file(str(path), self._remote(f"{folder}/{path.relative_to(local).as_posix()}"))
-            self.fs.put_file(str(local / RESULT_NAME), self._remote(f"{folder}/{RESULT_NAME}"))
+        old = [f for f in self._files(folder) if f.startswith(folder + "/")]
+        # The old stamp first: the old result stops counting before anything of it changes.
+        self.store.remove(sorted(old, key=lambda name: name != f"{folder}/{RESULT_NAME}"))
+        self.store.upload(local, folder, RESULT_NAME)
         shutil.rmtree(local, ignore_errors=True)
 
-    def close(self) -> None:
-        """The staging folder goes once no other run on this machine works in it."""
+    def close(self, folders: builtins.list[str]) -> None:
+        """This run's job folders go, whatever happened; the staging folder too once no other run works in it.
+
+        Without this a failed upload (the server gone) would leave the job's
+        files behind; they are this run's, and a retry fetches what the bucket
+        holds anyway. Other shards' folders on this machine are theirs to remove.
+        """
+        for folder in folders:
+            shutil.rmtree(self.local / folder, ignore_errors=True)
         if not self.local.is_dir():
             return
-        folders = sorted((p for p in self.local.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
-        for path in (*folders, self.local, self.local.parent):
+        emptied = sorted((p for p in self.local.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+        for path in (*emptied, self.local, self.local.parent, self.local.parent.parent):
             with contextlib.suppress(OSError):
                 path.rmdir()  # only if empty
 
@@ -196,30 +167,13 @@ class RemoteRoot:
 Root = LocalRoot | RemoteRoot
 
 
-def _filesystem(url: str, label: str) -> tuple[Any, str]:
-    try:
-        import fsspec
-    except ImportError:
-        raise MpconvertError(f"--out {label} needs the object storage extra (fsspec)", hint=_EXTRA_HINT) from None
-    try:
-        fs, path = fsspec.core.url_to_fs(url)
-    except ImportError as exc:  # fsspec is there, the protocol's package (s3fs, gcsfs) is not
-        raise MpconvertError(f"--out {label} needs {first_line(exc)}", hint=_EXTRA_HINT) from None
-    except ValueError as exc:
-        raise MpconvertError(f"--out {label}: {first_line(exc)}", hint=_EXTRA_HINT) from None
-    return fs, path.rstrip("/")
-
-
 def open_root(given: str | Path) -> Root:
     """The batch root `--out` names: a folder, or a URL of an fsspec protocol."""
     if not is_url(given):
         return LocalRoot(Path(given).absolute())
-    url = str(given)
-    label = _without_credentials(url)
-    fs, base = _filesystem(url, label)
+    store = open_store(str(given))
     # One staging folder per root and machine: a retried task on the same machine finds its
     # leftovers there (and removes them), and shards of one root on one machine share it as
     # they share a local root.
-    digest = hashlib.sha256(label.encode()).hexdigest()[:16]
-    local = Path(tempfile.gettempdir()) / "mpconvert-staging" / digest / "root"
-    return RemoteRoot(label, fs, base, local)
+    digest = hashlib.sha256(store.url.encode()).hexdigest()[:16]
+    return RemoteRoot(store, staging_root() / digest / "root")

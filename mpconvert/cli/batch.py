@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 from ..batch.options import BATCH_KEYWORDS, BatchOptions
 from .flags import (
+    LocalPath,
     conversion_flags,
     debug_option,
     gate_flags,
@@ -43,7 +44,7 @@ def batch_renderings() -> Renderings:
 
 
 @click.command("batch", epilog=BATCH_EXIT_HELP)
-@click.argument("source", metavar="MANIFEST.toml|DIR", type=click.Path(path_type=Path))
+@click.argument("source", metavar="MANIFEST.toml|DIR", type=LocalPath())
 @click.option(
     "--out",
     "root",

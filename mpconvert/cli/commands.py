@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import sys
-from pathlib import Path
 
 import click
 
@@ -24,6 +23,7 @@ from ..report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USA
 from .batch import batch_command, batch_merge_command
 from .doctor import doctor_command
 from .flags import (
+    LocalPath,
     conversion_flags,
     debug_option,
     flags_for,
@@ -87,7 +87,11 @@ def split_export(conversion: dict) -> tuple[dict, dict]:
 @cli.command("convert", epilog=EXIT_CODES_HELP, hidden=True)
 @model_argument
 @policy_option
-@click.option("--out", type=click.Path(path_type=Path), help="Output folder [default: MODEL_POLICY beside the model].")
+@click.option(
+    "--out",
+    help="Output folder, or object storage (s3://bucket/prefix; gs://, az:// with their fsspec package) "
+    "[default: MODEL_POLICY beside the model].",
+)
 @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
 @conversion_flags()
 @gate_flags(stored=False)
@@ -120,7 +124,9 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
             hooks = dataclasses.replace(display.hooks(), may_restart=restart_allowed())
             report, written = convert_and_save(options, save, hooks)
-        outputs.emit(report.to_json(), written / REPORT_NAME)
+        outputs.emit(
+            report.to_json(), f"{written}/{REPORT_NAME}" if isinstance(written, str) else written / REPORT_NAME
+        )
         return report.exit_code
 
     sys.exit(run_action(debug, action))
@@ -164,13 +170,13 @@ def inspect_command(model, policy, debug, **keywords):
 
 
 @cli.command("check", epilog=EXIT_CODES_HELP)
-@click.argument("report_file", metavar="REPORT", type=click.Path(path_type=Path))
+@click.argument("report_file", metavar="REPORT", type=LocalPath())
 @gate_flags(stored=True)
 @output_flags()
 @click.option(
     "--html",
     "html",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=LocalPath(dir_okay=False),
     help="Also write the re-checked report as one self-contained HTML page (what report.html shows).",
 )
 @quiet_option
@@ -201,12 +207,11 @@ def check_command(report_file, junit, summary, as_json, html, quiet, debug, **th
 
 
 @cli.command("replay")
-@click.argument("report_file", metavar="REPORT", type=click.Path(path_type=Path))
+@click.argument("report_file", metavar="REPORT", type=LocalPath())
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
     default=None,
-    help="Folder for the replayed conversion [default: REPORT's folder name + _replay, beside it].",
+    help="Folder (or s3:// URL) for the replayed conversion [default: REPORT's folder name + _replay, beside it].",
 )
 @click.option("--force", is_flag=True, help="Replace an existing non-empty --out folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")

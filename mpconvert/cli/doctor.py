@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
 from ..options import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH
-from .flags import debug_option, flags_for
+from .flags import LocalPath, debug_option, flags_for
 from .process import run_action
 
 
 @click.command("doctor")
-@click.argument("model", required=False, type=click.Path(path_type=Path))
+@click.argument("model", required=False, type=LocalPath())
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON on stdout, and nothing else there.")
 @click.option(
     "--speed-batch",

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,6 +22,28 @@ from ..errors import MpconvertError
 from ..keywords import Keyword
 from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds, check_tolerance
 from ..precision import POLICIES
+from ..urls import is_url, without_credentials
+
+
+class LocalPath(click.Path):
+    """A path read or written on this machine: a URL is refused, not turned into a local folder named "s3:".
+
+    click.Path would hand `s3://b/x` over as Path("s3:/b/x"); only --out
+    (of the main command and of batch) goes to object storage.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(path_type=Path, **kwargs)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and is_url(value):
+            self.fail(
+                f"{without_credentials(value)} is a URL; only --out may be object storage. "
+                "Give a local path (copy an input to this machine first, e.g. with aws s3 cp)",
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
 
 
 @contextmanager
@@ -130,7 +153,7 @@ def option_for(spec: Keyword, stored: bool = False, help_text: str | None = None
         kwargs["multiple"] = True
         kwargs["callback"] = per_output_parser(spec)
     elif spec.kind == "path":
-        kwargs["type"] = click.Path(path_type=Path)
+        kwargs["type"] = LocalPath()
     elif spec.choices:
         kwargs["type"] = click.Choice(spec.choices)
         if spec.default is not None:
@@ -200,7 +223,7 @@ def flags_for(*names: str, help_text: dict[str, str] | None = None):
     return keyword_flags([CONVERSION_KEYWORDS[n] for n in names], help_text=help_text)
 
 
-model_argument = click.argument("model", type=click.Path(path_type=Path))
+model_argument = click.argument("model", type=LocalPath())
 debug_option = click.option("--debug", is_flag=True, help="Show tracebacks and framework logs.")
 quiet_option = click.option(
     "--quiet", "-q", is_flag=True, help="Print nothing but errors (and what --json or --summary - ask for)."
@@ -217,7 +240,7 @@ def output_flags(what: str = "report"):
     options = [
         click.option(
             "--junit",
-            type=click.Path(path_type=Path, dir_okay=False),
+            type=LocalPath(dir_okay=False),
             help="Write a JUnit XML file, one test case per " + ("check." if what == "report" else "model and policy."),
         ),
         click.option("--summary", metavar="FILE|-", help="Write a Markdown summary (for a CI job page); - for stdout."),

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from ..errors import MpconvertError
+from ..urls import is_url
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,15 @@ class Outputs:
     def __post_init__(self) -> None:
         if self.as_json and self.summary == "-":
             raise click.UsageError("--json and --summary - both write to stdout; give --summary a FILE")
+        if self.summary and is_url(self.summary):  # Path() would make it a local folder named "s3:"
+            raise click.UsageError("--summary takes a local FILE (or -), not a URL")
 
     @property
     def stdout_taken(self) -> bool:
         """stdout carries only the JSON or the Markdown when one of them asks for it."""
         return self.as_json or self.summary == "-"
 
-    def emit(self, report: dict, report_path: Path | None, renderings: Renderings | None = None) -> None:
+    def emit(self, report: dict, report_path: Path | str | None, renderings: Renderings | None = None) -> None:
         show = renderings or report_renderings()
         if not self.quiet:
             show.terminal(report, sys.stderr if self.stdout_taken else None, report_path)

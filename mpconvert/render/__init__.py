@@ -75,7 +75,7 @@ def describe_source(source: dict) -> str:
 # --- the terminal -------------------------------------------------------------
 
 
-def render_summary(report: dict, stream: IO[str] | None = None, report_path: Path | None = None) -> None:
+def render_summary(report: dict, stream: IO[str] | None = None, report_path: Path | str | None = None) -> None:
     """The terminal summary of a report's JSON form (as written, or re-checked)."""
     console = console_for(stream or sys.stdout)
     console.print(f"[bold]mpconvert[/] {describe_source(report['source'])} -> {report['policy']}")
@@ -137,7 +137,7 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
     if report_path:
         console.print(f"  report: {report_path}")
         page = Path(report_path).with_name("report.html")
-        if page.is_file():
+        if isinstance(report_path, Path) and page.is_file():  # in object storage (a URL) it is beside it too
             console.print(f"  page: {page}")
     if gate["passed"]:
         console.print("[bold green]PASSED[/]")

@@ -17,7 +17,7 @@ def _value(value: Any) -> str:
     return "absent" if value is None else str(value)
 
 
-def render_replay(replayed: Path, out: Path, compared: tuple, stream: IO[str] | None = None) -> None:
+def render_replay(replayed: Path, out: Path | str, compared: tuple, stream: IO[str] | None = None) -> None:
     """What moved between the report and its replay (`compared`: comparison.Difference for every field)."""
     console = console_for(stream or sys.stdout)
     moved = [d for d in compared if not d.same]
