@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SAMPLES, console_script, invoke
+from moto_s3 import moto_s3
 
 SECRET = "mpconvert-url-secret-0x5EC12E7"
 FAST = ["--finetune-steps", "0", "--export", "savedmodel", "--no-speed"]
@@ -88,30 +89,8 @@ class Relay:
 @pytest.fixture(scope="module")
 def s3():
     """moto's S3 server on 127.0.0.1 (dummy credentials in the environment) and an fsspec file system on it."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing-secret",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    import fsspec
-
-    fs = fsspec.filesystem("s3", skip_instance_cache=True)
-    fs.mkdir("zoo")
-    yield env, fs, (host, port)
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    server.stop()
+    with moto_s3("zoo") as found:
+        yield found
 
 
 @pytest.fixture(scope="module")

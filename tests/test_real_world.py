@@ -348,6 +348,7 @@ def test_a_failed_onnx_export_keeps_the_savedmodel_and_the_report(two_unit_sigmo
         "failed": True,
         "reason": reason,
         "outputs": None,
+        "sha256": None,  # nothing was written to hash
     }
     checks = checks_of(report)
     assert not checks["artifact parity: onnx"]["passed"]

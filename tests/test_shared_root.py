@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, SAMPLES, invoke
+from moto_s3 import moto_s3
 
 from mpconvert.batch.shards import shard_from_environment
 from mpconvert.batch.storage import open_root
@@ -225,30 +226,8 @@ def test_two_kubernetes_indexes_into_one_local_root_are_one_batch(zoo, unsharded
 @pytest.fixture(scope="module")
 def s3():
     """moto's S3 server on 127.0.0.1 and the variables a task reaches it with (dummy credentials)."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": SECRET,
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # this process reads the bucket too
-    import fsspec
-
-    fs = fsspec.filesystem("s3", skip_instance_cache=True)
-    fs.mkdir("zoo-bucket")
-    yield env, fs
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    server.stop()
+    with moto_s3("zoo-bucket", SECRET) as (env, fs, _):
+        yield env, fs
 
 
 def objects(fs, prefix: str) -> dict[str, bytes]:
