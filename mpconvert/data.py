@@ -15,10 +15,9 @@ expected shape, before anything is written.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -26,6 +25,16 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
+from .datakeys import (
+    TRAIN,
+    did_you_mean,
+    input_key_choices,
+    input_keys,
+    label_keys,
+    pick_input_keys,
+    pick_label_keys,
+    unread_keys_of,
+)
 from .errors import MpconvertError
 from .npz import SMALLER_SPLIT, open_npz
 from .signature import Signature, TensorSpec, generate_inputs
@@ -146,40 +155,6 @@ def unlabelled(inputs: tuple[np.ndarray, ...] | list[np.ndarray], signature: Sig
     return Split(tuple(inputs), (None,) * len(signature.outputs))
 
 
-def label_keys(signature: Signature, suffix: str = "") -> list[str]:
-    """The .npz keys of the labels: `y` for one output, `y_<output name>` for several."""
-    if len(signature.outputs) == 1:
-        return ["y" + suffix]
-    return [f"y_{spec.name}{suffix}" for spec in signature.outputs]
-
-
-def _label_key_choices(signature: Signature, suffix: str = "") -> list[tuple[str, ...]]:
-    """The keys each output's labels may be read from: `y_<output name>`, or `y_<dict key>` for a
-    model built with a dict of outputs whose key names no other output."""
-    firsts = label_keys(signature, suffix)
-    names = [spec.name for spec in signature.outputs]
-    if len(firsts) == 1 or not signature.output_keys:
-        return [(first,) for first in firsts]
-    return [
-        (first,) + ((f"y_{key}{suffix}",) if key not in names else ())
-        for first, key in zip(firsts, signature.output_keys)
-    ]
-
-
-def _pick_label_keys(where: str, keys: Collection[str], signature: Signature, suffix: str) -> list[str]:
-    """The key each output's labels are read from: the one of its choices that is present, else its first."""
-    picked = []
-    for choices in _label_key_choices(signature, suffix):
-        present = [key for key in choices if key in keys]
-        if len(present) > 1:
-            raise MpconvertError(
-                f"{where} labels output {choices[0].removeprefix('y_')!r} twice, as {present[0]!r} and {present[1]!r}",
-                hint=f"keep one of them: {' and '.join(map(repr, present))} label the same output",
-            )
-        picked.append(present[0] if present else choices[0])
-    return picked
-
-
 def _row_digests(split: Split) -> list[bytes]:
     """One digest per row over every input's values: equal rows, equal digests."""
     flat = [np.ascontiguousarray(x).reshape(len(x), -1) for x in split.inputs]
@@ -204,123 +179,6 @@ def overlap_of(validation: Split, train: Split | None) -> Overlap | None:
         in_train=shared,
         duplicates_within_validation=validation.rows - len(set(digests)),
     )
-
-
-TRAIN = "_train"  # the suffix of every key of the training split
-
-
-def input_keys(signature: Signature, suffix: str = "") -> list[str]:
-    """Each input's first-choice key: `x` for one input, the input's name for several."""
-    return [choices[0] for choices in _input_key_choices(signature, suffix)]
-
-
-def _input_key_choices(signature: Signature, suffix: str) -> list[tuple[str, ...]]:
-    """The keys each input may be read from.
-
-    A single input is `x` or its own name (a graph-level model's data is keyed
-    by the signature's input names, and a user who knows the name writes it);
-    the name is left out where it would read as another key (an input named
-    `y`, or `x_train`).
-    """
-    reserved = {"x", "x" + TRAIN} | {k for sfx in ("", TRAIN) for c in _label_key_choices(signature, sfx) for k in c}
-    names = [spec.name for spec in signature.inputs]
-    # A model called with a dict reads its data by the dict's keys, and by
-    # its Input layers' names where no other key could mean them.
-    keys = signature.input_keys or tuple(names)
-
-    def clear(name: str, others: Iterable[str] = ()) -> bool:
-        taken = reserved | set(others)
-        return name not in taken and name + TRAIN not in taken
-
-    if len(names) > 1:
-        return [
-            (key + suffix,) + ((name + suffix,) if name != key and clear(name, keys) else ())
-            for key, name in zip(keys, names)
-        ]
-    extra = [name for name in dict.fromkeys((keys[0], names[0])) if clear(name)]
-    return [("x" + suffix,) + tuple(name + suffix for name in extra)]
-
-
-def _readable_keys(signature: Signature) -> list[str]:
-    """Every key a data file may hold for this model: inputs and labels, then their training split."""
-    return [
-        key
-        for suffix in ("", TRAIN)
-        for key in [k for choices in _input_key_choices(signature, suffix) for k in choices]
-        + [k for choices in _label_key_choices(signature, suffix) for k in choices]
-    ]
-
-
-def _did_you_mean(key: str, known: Iterable[str]) -> str:
-    near = difflib.get_close_matches(key, list(known), n=1)
-    return f" (did you mean {near[0]!r}?)" if near else ""
-
-
-def _misspelt(key: str, known: list[str]) -> str | None:
-    """The key the model reads that `key` is close to (difflib), else None.
-
-    A training-split key is compared by its stem: `y_ink_train` and
-    `y_odd_train` share `_train`, which alone makes difflib call them close.
-    """
-    if key.endswith(TRAIN) and key != TRAIN:
-        stems = [k.removesuffix(TRAIN) for k in known if k.endswith(TRAIN)]
-        near = difflib.get_close_matches(key.removesuffix(TRAIN), stems, n=1)
-        return near[0] + TRAIN if near else None
-    near = difflib.get_close_matches(key, known, n=1)
-    return near[0] if near else None
-
-
-def unread_keys_of(where: str, keys: Iterable[str], signature: Signature) -> tuple[str, ...]:
-    """The data file's keys that are neither inputs nor labels of this model; a misspelt one is refused.
-
-    Labels may be left out, so a misspelt label key (`y_class` for output
-    `cls`) would pass unseen: its output silently gets only a drift check.
-    A key close to one the model reads, and plain `y` for a model with
-    several outputs, is therefore refused, naming the key it was probably
-    meant to be. Any other key (`y_ink` in a file shared with a model that
-    has an `ink` output, notes kept beside the data) is not read, and is
-    returned for the report and the summary to name.
-    """
-    known = _readable_keys(signature)
-    unread = [key for key in keys if key not in known]
-    several = len(signature.outputs) > 1
-    plain = [key for key in unread if key in ("y", "y" + TRAIN)]
-    if several and plain:
-        raise MpconvertError(
-            f"{where} has key {plain[0]!r}, but the model has {len(signature.outputs)} outputs, so its labels "
-            "are named after them",
-            hint=f"rename {plain[0]!r} to the key of the output it labels: "
-            f"{', '.join(label_keys(signature, plain[0].removeprefix('y')))} (any may be left out)",
-        )
-    misspelt = {key: near for key in unread if (near := _misspelt(key, known))}
-    if misspelt:
-        named = ", ".join(f"{key!r} (did you mean {near!r}?)" for key, near in misspelt.items())
-        inputs = " or ".join(_input_key_choices(signature, "")[0]) if len(signature.inputs) == 1 else None
-        reads = ", ".join([inputs] if inputs else input_keys(signature)) + ", " + ", ".join(label_keys(signature))
-        one = len(misspelt) == 1
-        raise MpconvertError(
-            f"{where} has {'key' if one else 'keys'} {named}, which this model does not read: "
-            "neither an input nor a label",
-            hint=f"rename {'it' if one else 'them'}; this model reads {reads}"
-            + (" (labels may be left out)" if several else "")
-            + f", and the same keys with {TRAIN} for a training split",
-        )
-    return tuple(unread)
-
-
-def _pick_input_keys(where: str, keys: Collection[str], signature: Signature, suffix: str) -> list[str]:
-    """The key each input is read from: the one of its choices that is present, else its first choice."""
-    picked = []
-    for choices in _input_key_choices(signature, suffix):
-        present = [key for key in choices if key in keys]
-        if len(present) > 1:
-            which = "the model's one input" if len(signature.inputs) == 1 else f"input {choices[0]!r}"
-            raise MpconvertError(
-                f"{where} gives {which} twice, as {present[0]!r} and as {present[1]!r}",
-                hint=f"keep one of them: {' and '.join(map(repr, present))} name the same input",
-            )
-        picked.append(present[0] if present else choices[0])
-    return picked
 
 
 def resolve_data(spec: Any, signature: Signature, tasks: tuple[Task, ...] | Task) -> EvalData | None:
@@ -509,7 +367,7 @@ def _per_output(spec: str, y, signature: Signature, which: str) -> list[np.ndarr
         if unknown:
             raise MpconvertError(
                 f"{spec}: the {which} labels name an output {unknown[0]!r} the model does not have"
-                + _did_you_mean(str(unknown[0]), names),
+                + did_you_mean(str(unknown[0]), names),
                 hint=f"key the labels by output name: {', '.join(names)} (any may be left out)",
             )
         return [None if y.get(n) is None else np.asarray(y[n]) for n in names]
@@ -526,15 +384,15 @@ def _per_output(spec: str, y, signature: Signature, which: str) -> list[np.ndarr
 def _per_input(spec: str, x, signature: Signature, which: str) -> list[np.ndarray]:
     names = [s.name for s in signature.inputs]
     if isinstance(x, dict):
-        known = [key for choices in _input_key_choices(signature, "") for key in choices]
+        known = [key for choices in input_key_choices(signature, "") for key in choices]
         unknown = [k for k in x if k not in known]
         if unknown:
             raise MpconvertError(
-                f"{spec}: the {which} inputs have a key {unknown[0]!r}{_did_you_mean(str(unknown[0]), known)}, "
+                f"{spec}: the {which} inputs have a key {unknown[0]!r}{did_you_mean(str(unknown[0]), known)}, "
                 "which is not an input of the model",
                 hint=f"name the inputs {', '.join(signature.input_keys or names)}",
             )
-        keys = _pick_input_keys(f"{spec}: the {which} inputs", x, signature, "")
+        keys = pick_input_keys(f"{spec}: the {which} inputs", x, signature, "")
         missing = [k for k in keys if k not in x]
         if missing:
             raise MpconvertError(
@@ -577,9 +435,9 @@ def _split(
     suffix: str,
     required: bool,
 ) -> Split | None:
-    choices = _input_key_choices(signature, suffix)
-    keys = _pick_input_keys(where, arrays, signature, suffix)
-    labels_at = _pick_label_keys(where, arrays, signature, suffix)
+    choices = input_key_choices(signature, suffix)
+    keys = pick_input_keys(where, arrays, signature, suffix)
+    labels_at = pick_label_keys(where, arrays, signature, suffix)
     several = len(labels_at) > 1
     present = [k for k in keys + labels_at if k in arrays]
     if not present and not required:
