@@ -138,6 +138,10 @@ def _speed_ratio(r):
     r["speed"]["paths"]["keras"]["ratio"] = 9.0
 
 
+def _latency_p99(r):
+    r["speed"]["paths"]["keras"]["latency"]["converted"]["p99_ms"] = 0.0001
+
+
 def _memory_ratio(r):
     r["speed"]["memory"]["ratio"] = 0.01
 
@@ -222,6 +226,11 @@ TAMPERED = {
         _speed_ratio,
         "speed.paths.keras.ratio",
         lambda v: "speed.paths.keras.ratio is 9.0000 but float32_ms",
+    ),
+    "latency percentile": (
+        _latency_p99,
+        "speed.paths.keras.latency.converted.p99_ms",
+        lambda v: "speed.paths.keras.latency.converted.p99_ms is 0.0001 but",
     ),
     "memory ratio": (
         _memory_ratio,

@@ -27,6 +27,7 @@ from mpconvert.gate import SPEED, evaluate
 from mpconvert.options import GateOptions
 from mpconvert.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
+from mpconvert.sections.speed import Latency
 from mpconvert.speed import (
     COMPUTED,
     Gpu,
@@ -98,6 +99,26 @@ def test_speed_of_both_paths_has_its_numbers_and_an_exact_ratio(K):
     assert f"batch {BATCH} of {ROWS} validation rows" in found["summary"]
     assert "above 1 is faster" in found["summary"]
     json.dumps(found, allow_nan=False)  # fits report.json
+    for path in found["paths"].values():
+        for side in ("float32", "converted"):
+            latency = path["latency"][side]
+            calls = latency["calls_ms"]
+            assert latency["batch"] == BATCH and latency["calls"] == len(calls) >= 3
+            # The median the ratio is taken of is the calls' p50.
+            assert path[f"{side}_ms"] == pytest.approx(latency["p50_ms"], abs=1e-3)
+            assert latency["p50_ms"] <= latency["p90_ms"] <= latency["p99_ms"] <= max(calls)
+    assert "the converted model at batch" in found["summary"] and "rows/s" in found["summary"]
+
+
+def test_latency_percentiles_and_throughput_by_hand():
+    # Four calls of 1, 2, 3 and 4 ms at 8 rows: linear percentiles p50 = 2.5, p90 = 3.7, p99 = 3.97;
+    # 32 rows in 10 ms is 3200 rows/s.
+    latency = Latency.of([4.0, 1.0, 3.0, 2.0], batch=8)
+    found = latency.to_json()
+    assert (found["p50_ms"], found["p90_ms"], found["p99_ms"]) == (2.5, 3.7, 3.97)
+    assert found["rows_per_s"] == 3200.0 and found["calls"] == 4
+    assert Latency.from_json(json.loads(json.dumps(found))) == latency
+    assert Latency.of([], batch=8).to_json()["p99_ms"] is None
 
 
 def test_speed_batch_is_generated_from_the_inputs_shapes_when_the_data_has_fewer_rows(K):

@@ -222,6 +222,9 @@ def speed_line(report: dict) -> str | None:
         text += ", ".join(f"{name} {_ratio(r)}" for name, r in timed.items())
         text += " faster than float32" if min(timed.values()) > 1 else " float32's speed"
         text += " (slower)" if max(timed.values()) < 1 else ""
+    served = _served(speed["paths"])
+    if served:
+        text += f"; {served}"
     if report.get("slow_kernel"):  # a kernel far slower than float32: what was found, and what was done
         found = report["slow_kernel"]["found"]
         probed = "the kernel probe " if (found.get("what") or "").startswith("one fused Dense") else ""
@@ -241,6 +244,19 @@ def speed_line(report: dict) -> str | None:
     if memory and memory.get("ratio") is not None:
         text += f"; activations {memory['ratio']:.2f}x ({memory['method'].split()[0].rstrip(':')})"
     return text
+
+
+def _served(paths: dict) -> str | None:
+    """The converted model's latency percentiles and throughput on the serving path (the SavedModel's, else the first)."""
+    timed = {name: p["latency"]["converted"] for name, p in paths.items() if (p.get("latency") or {}).get("converted")}
+    if not timed:
+        return None
+    name = "savedmodel" if "savedmodel" in timed else next(iter(timed))
+    t = timed[name]
+    return (
+        f"converted {name} p50/p90/p99 {t['p50_ms']:g}/{t['p90_ms']:g}/{t['p99_ms']:g} ms, "
+        f"{t['rows_per_s']:,.0f} rows/s ({t['calls']} calls)"
+    )
 
 
 def _ratio(value: float) -> str:

@@ -15,7 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from .base import Section, known
+
+# The latency percentiles every timed path reports beside its median.
+PERCENTILES = (50, 90, 99)
 
 
 def memory_ratio(float32_bytes: int | None, converted_bytes: int | None) -> float | None:
@@ -34,6 +39,52 @@ def slower_of(float32_ms: float | None, converted_ms: float | None) -> float | N
 
 
 @dataclass(frozen=True)
+class Latency(Section):
+    """Every timed call of one model at one batch; the percentiles and the throughput are derived from them.
+
+    With the few calls a conversion's speed stage makes (3 to 10), p99 is
+    in effect the slowest call; `calls` says how many there were.
+    """
+
+    batch: int  # rows per call
+    calls_ms: tuple[float, ...]
+
+    def percentile(self, q: float) -> float | None:
+        if not self.calls_ms:
+            return None
+        return round(float(np.percentile(self.calls_ms, q)), 3)
+
+    @property
+    def rows_per_s(self) -> float | None:
+        """Rows served per second over all timed calls."""
+        total_s = sum(self.calls_ms) / 1000
+        return round(self.batch * len(self.calls_ms) / total_s, 1) if total_s > 0 else None
+
+    @property
+    def words(self) -> str:
+        p50, p90, p99 = (self.percentile(q) for q in PERCENTILES)
+        return f"p50 {p50} ms, p90 {p90} ms, p99 {p99} ms, {self.rows_per_s} rows/s ({len(self.calls_ms)} calls)"
+
+    def to_json(self) -> dict:
+        figures = {f"p{q}_ms": self.percentile(q) for q in PERCENTILES}
+        return {
+            "batch": self.batch,
+            "calls": len(self.calls_ms),
+            "calls_ms": [round(t, 3) for t in self.calls_ms],
+            **figures,
+            "rows_per_s": self.rows_per_s,
+        }
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> Latency:
+        return cls(stored["batch"], tuple(stored.get("calls_ms") or ()))
+
+    @classmethod
+    def of(cls, calls_ms: list[float], batch: int) -> Latency:
+        return cls(batch, tuple(round(t, 3) for t in calls_ms))
+
+
+@dataclass(frozen=True)
 class PathSpeed:
     """Both models through one path; a side that could not run has None and a note."""
 
@@ -41,6 +92,8 @@ class PathSpeed:
     converted_ms: float | None
     runtime: str  # what ran both: "tensorflow", "onnxruntime:CPUExecutionProvider", ...
     note: str | None = None
+    # Every timed call of each side (the medians above are theirs): percentiles and rows per second.
+    latency: dict[str, Latency] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -56,11 +109,19 @@ class PathSpeed:
             "ratio": self.ratio,
             "runtime": self.runtime,
             "note": self.note,
+            "latency": None if self.latency is None else {side: t.to_json() for side, t in self.latency.items()},
         }
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> PathSpeed:
-        return cls(stored.get("float32_ms"), stored.get("converted_ms"), stored.get("runtime", ""), stored.get("note"))
+        latency = stored.get("latency")
+        return cls(
+            stored.get("float32_ms"),
+            stored.get("converted_ms"),
+            stored.get("runtime", ""),
+            stored.get("note"),
+            None if latency is None else {side: Latency.from_json(t) for side, t in latency.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -88,6 +149,13 @@ class Speed:
         timed = ", ".join(f"{name} {p.ratio:.2f}x" for name, p in self.paths.items() if p.ratio is not None)
         untimed = [f"{name} not timed: {p.note}" for name, p in self.paths.items() if p.ratio is None]
         text = f"{timed or 'nothing timed'} as fast as float32 (above 1 is faster; {self.batch_words}, {self.device})"
+        served = [
+            f"{name} {p.latency['converted'].words}"
+            for name, p in self.paths.items()
+            if p.latency and "converted" in p.latency
+        ]
+        if served:
+            text += f"; the converted model at batch {self.batch}: " + "; ".join(served)
         if self.memory and self.memory.get("ratio") is not None:
             text += f"; activation memory {self.memory['ratio']:.2f}x float32's ({self.memory['method']})"
         return "; ".join([text, *untimed])

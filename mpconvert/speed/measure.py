@@ -13,6 +13,7 @@ against a float32 export of the original, in ONNX Runtime (--bench-onnx).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -22,8 +23,9 @@ from ..options import DEFAULT_SPEED_BATCH
 from ..runners.base import Runner
 from ..runners.onnx import OnnxRunner, missing_kernel
 from ..sections import PaddingCost, PathSpeed, Speed
+from ..sections.speed import Latency
 from .hardware import Hardware, probe_hardware
-from .timing import BUDGET_S, REPEATS, median_ms, rounded_ms
+from .timing import BUDGET_S, REPEATS, median_ms, rounded_ms, timed_ms
 
 # The default serving batch (--speed-batch): at 64 rows a mixed_bfloat16
 # Dense(4096)x2 read 1.12x over float32 where it served 2.04x at 256.
@@ -70,8 +72,7 @@ def measure_speed(
     timed = {}
     for path, (original, converted) in paths.items():
         runs = {"float32": original.timer(feeds), "converted": converted.timer(feeds)}
-        ms = median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1)
-        timed[path] = PathSpeed(rounded_ms(ms["float32"]), rounded_ms(ms["converted"]), original.runtime)
+        timed[path] = _path_speed(timed_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1), batch, original.runtime)
     found = memory(feeds) if memory else None
     return Speed((hardware or probe_hardware()).device, batch, rows, timed, found)
 
@@ -137,7 +138,11 @@ def measure_onnx_speed(
             f"{converted.path.name} does not run as written on {runtime} ({first_line(exc, 200)}); "
             "not timed on an emulated copy, which would time float32 arithmetic"
         )
-    ms = median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1)
-    return PathSpeed(
-        rounded_ms(ms["float32"]), rounded_ms(ms["converted"]) if "converted" in runs else None, runtime, note
-    )
+    return _path_speed(timed_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1), batch, runtime, note)
+
+
+def _path_speed(calls: Mapping[str, list[float]], batch: int, runtime: str, note: str | None = None) -> PathSpeed:
+    """Both sides' medians (rounded once, as the ratio is taken of them) and every call's time."""
+    median = {side: rounded_ms(statistics.median(ms)) for side, ms in calls.items()}
+    latency = {side: Latency.of(ms, batch) for side, ms in calls.items()}
+    return PathSpeed(median["float32"], median.get("converted"), runtime, note, latency)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import numpy as np
 
@@ -45,6 +44,7 @@ from ..sections import KernelProbe, SlowKernel
 from ..sections.speed import slower_of
 from .kernel_probe import WHAT, Probed
 from .measure import serving_rows
+from .timing import timed_ms
 
 # A 16-bit model this many times slower than float32 on one batch has hit a
 # broken kernel. A missing speed-up costs at most about 2x: 16-bit matmuls on
@@ -90,17 +90,11 @@ def probe(original: Runner, converted: Runner, inputs: list, batch: int) -> Kern
     rows = serving_rows([np.asarray(x) for x in inputs], batch)
     timed = {}
     for name, runner in (("float32", original), ("converted", converted)):
-        run = runner.timer(rows)
-        run()  # traces
-        calls: list[float] = []
-        # The fastest of up to CALLS calls, fewer past CALLS_BUDGET_S: on a shared machine one call of a
-        # sub-millisecond model can be preempted to 10x its time, and a normal mixed_bfloat16 run once
-        # read past 8x on a single call; a broken kernel is slow on every call.
-        while len(calls) < CALLS and sum(calls) < CALLS_BUDGET_S * 1000:
-            start = time.perf_counter()
-            run()
-            calls.append((time.perf_counter() - start) * 1000)
-        timed[name] = min(calls)
+        # The fastest of up to CALLS calls after the trace, fewer past CALLS_BUDGET_S: on a shared machine one
+        # call of a sub-millisecond model can be preempted to 10x its time, and a normal mixed_bfloat16 run
+        # once read past 8x on a single call; a broken kernel is slow on every call, so one may be enough.
+        calls = timed_ms({name: runner.timer(rows)}, repeats=CALLS, budget_s=CALLS_BUDGET_S, warmup=1, min_rounds=1)
+        timed[name] = min(calls[name])
     float32_ms, converted_ms = round(timed["float32"], 3), round(timed["converted"], 3)
     # The ratio of the rounded figures, the ones the report stores, so that a re-check derives the same.
     return KernelProbe(

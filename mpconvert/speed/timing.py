@@ -16,16 +16,22 @@ REPEATS = 10
 BUDGET_S = 3.0
 
 
-def median_ms(
-    runs: Mapping[str, Callable[[], object]], *, repeats: int = REPEATS, budget_s: float | None = None, warmup: int = 2
-) -> dict[str, float]:
-    """The median wall time of each callable, in milliseconds.
+def timed_ms(
+    runs: Mapping[str, Callable[[], object]],
+    *,
+    repeats: int = REPEATS,
+    budget_s: float | None = None,
+    warmup: int = 2,
+    min_rounds: int = 3,
+) -> dict[str, list[float]]:
+    """Every timed call's wall time of each callable, in milliseconds, in the order they ran.
 
     The callables take turns (a b a b ...), so load from other processes on
     a shared machine falls on all of them alike. After the warm-ups (tracing,
     allocation) one round is timed; with `budget_s`, the remaining rounds
-    are cut to what fits in it, but at least 3 are run. Each callable must
-    return only when its work is done (fetch a result to the host).
+    are cut to what fits in it, but at least `min_rounds` are run. Each callable must
+    return only when its work is done (fetch a result to the host). The one
+    timer of every speed figure: the medians, the percentiles, `verify`.
     """
     for run in runs.values():
         for _ in range(warmup):
@@ -37,12 +43,20 @@ def median_ms(
         for name, run in runs.items():
             start = time.perf_counter()
             run()
-            times[name].append(time.perf_counter() - start)
+            times[name].append((time.perf_counter() - start) * 1000)
         done += 1
         if done == 1 and budget_s is not None:
-            one_round = sum(t[0] for t in times.values())
-            rounds = max(3, min(repeats, int(budget_s / max(one_round, 1e-9))))
-    return {name: statistics.median(t) * 1000 for name, t in times.items()}
+            one_round = sum(t[0] for t in times.values()) / 1000
+            rounds = max(min_rounds, min(repeats, int(budget_s / max(one_round, 1e-9))))
+    return times
+
+
+def median_ms(
+    runs: Mapping[str, Callable[[], object]], *, repeats: int = REPEATS, budget_s: float | None = None, warmup: int = 2
+) -> dict[str, float]:
+    """The median wall time of each callable, in milliseconds (`timed_ms`'s calls)."""
+    samples = timed_ms(runs, repeats=repeats, budget_s=budget_s, warmup=warmup)
+    return {name: statistics.median(t) for name, t in samples.items()}
 
 
 def figures(ms: Mapping[str, float], names: Sequence[str], base: str = "float32") -> dict[str, dict]:
