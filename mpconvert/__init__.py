@@ -11,7 +11,7 @@ Importing this package does not import TensorFlow; converting does.
 
 import logging as _logging
 
-from .api import Conversion, Inspection, Replay, check, convert, inspect, replay
+from .api import Conversion, Inspection, Replay, check, convert, inspect, replay, verify
 from .errors import MpconvertError
 from .precision import POLICIES, Precision
 from .report import mpconvert_version as _mpconvert_version
@@ -33,5 +33,6 @@ __all__ = [
     "convert",
     "inspect",
     "replay",
+    "verify",
     "__version__",
 ]

@@ -22,6 +22,7 @@ from .options import (
     CONVERSION_KEYWORDS,
     EXPORT_KEYWORDS,
     GATE_KEYWORDS,
+    VERIFY_KEYWORDS,
     AutoKeepOptions,
     ConvertOptions,
     ExportOptions,
@@ -32,6 +33,7 @@ from .options import (
     RewriteOptions,
     SaveOptions,
     ValidateOptions,
+    VerifyOptions,
 )
 
 if TYPE_CHECKING:
@@ -323,3 +325,25 @@ def replay(
     new, written = convert_and_save(options, save, _hooks(on_stage, None))
     again = new.to_json()
     return Replay(path, written, again, compared(stored, again), new.exit_code)
+
+
+def verify_options(**keywords: Any) -> VerifyOptions:
+    """Verify options from keywords (provider, fallback, speed_batch)."""
+    refuse_unknown(keywords, VERIFY_KEYWORDS, "verify option")
+    return build(VerifyOptions, keywords, VERIFY_KEYWORDS)
+
+
+def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
+    """Check an output folder (or a batch root) on this machine, as `mpconvert verify` does; verify.json's content.
+
+    Every artifact's sha256 against report.json, each SavedModel and ONNX
+    file run on the golden rows (parity with the converted model, drift
+    from float32), timed at a serving batch, its memory measured, and the
+    library versions that differ from the conversion's. `write` puts
+    verify.json beside report.json. Its "exit_code" is the command's: 0
+    passed, 3 a check failed. Keywords: provider ("auto", "cpu", "cuda",
+    "tensorrt"), fallback, speed_batch.
+    """
+    from .verification import verify_path
+
+    return verify_path(Path(folder), verify_options(**keywords), write=write).to_json()

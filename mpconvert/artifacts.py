@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .digests import digest
+from .digests import Digest, digest
 from .errors import MpconvertError, WriteError
 from .options import ArtifactKind
 from .runners.base import RunResult
@@ -58,9 +58,19 @@ def _max_abs(outputs: list[np.ndarray]) -> float:
 
 
 def parity(
-    kind: ArtifactKind, path: Path, expected: list, got: list, runtime: str, details: dict, signature: Signature
+    kind: ArtifactKind,
+    path: Path,
+    expected: list,
+    got: list,
+    runtime: str,
+    details: dict,
+    signature: Signature,
+    written: Digest | None = None,
 ) -> Artifact:
-    """An artifact's parity over all outputs; with several outputs, each one's too (by name)."""
+    """An artifact's parity over all outputs; with several outputs, each one's too (by name).
+
+    `written` is the file's digest where the caller has it already (`verify` checked it), else it is taken.
+    """
     each = {
         spec.name: ArtifactOutput(max_abs_diff([e], [g]), _max_abs([e]))
         for spec, e, g in zip(signature.outputs, expected, got)
@@ -68,7 +78,7 @@ def parity(
     # The whole artifact's figures as a re-check derives them from its outputs' (Artifact.derived).
     whole = overall(each.values())
     outputs = each if len(each) > 1 else None
-    written = digest(path)
+    written = written or digest(path)
     return Artifact(
         kind,
         path.name,
@@ -88,7 +98,9 @@ def savedmodel_parity(
     """A written SavedModel reloaded and run through its serving signature, with the signature's dtypes."""
     runner = SavedModelRunner(path, signature, signature_name)
     run: RunResult = runner.run(rows)
-    return parity(ArtifactKind.SAVEDMODEL, path, expected, run.outputs, runner.runtime, runner.dtypes(), signature)
+    # The signature's name, so that `verify` elsewhere calls the one that was checked here.
+    details = {**runner.dtypes(), "signature": signature_name}
+    return parity(ArtifactKind.SAVEDMODEL, path, expected, run.outputs, runner.runtime, details, signature)
 
 
 def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
@@ -103,6 +115,9 @@ def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signa
         # on a copy: the file as written did not run here.
         "emulated_16bit_ops": list(run.promoted_ops),
         "ran_as_written": run.native,
+        # The graph's inputs and outputs in the signature's order, for `verify` to feed and read them by.
+        "input_names": list(written.inputs),
+        "output_names": list(written.outputs),
     }
     return parity(ArtifactKind.ONNX, written.export.path, expected, run.outputs, run.checked_with, details, signature)
 

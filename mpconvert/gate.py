@@ -129,7 +129,7 @@ def evaluate(report: Judged, thresholds: Thresholds) -> GateResult:
     if report.padding:
         checks.append(_padding(report.padding))
     keras_nonfinite = validation.nonfinite_outputs > 0
-    checks += [_parity(artifact, thresholds, keras_nonfinite) for artifact in report.artifacts]
+    checks += [check_parity(artifact, thresholds, keras_nonfinite) for artifact in report.artifacts]
     if thresholds.baseline is not None:
         checks += _baselines(validation, thresholds.baseline, thresholds.max_regression)
     if thresholds.min_speedup is not None:
@@ -404,7 +404,7 @@ def _padding(padding: PaddingReport) -> Check:
     return Check(PADDING, False, f"{reason} (max abs diff {diff_text})", values)
 
 
-def _parity(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
+def check_parity(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
     kind, diff = artifact.kind, artifact.max_abs_diff
     # Reports written before max_abs_ref existed get the atol alone.
     ref = artifact.max_abs_ref or 0.0

@@ -20,7 +20,7 @@ from .errors import MpconvertError
 # for readers, but the schema is strict, so add it to the schema too).
 SCHEMA_VERSION = 1
 KNOWN_VERSIONS = (1,)
-SCHEMAS = {"report": "report.schema.json", "batch": "batch.schema.json"}
+SCHEMAS = {"report": "report.schema.json", "batch": "batch.schema.json", "verify": "verify.schema.json"}
 
 
 @functools.cache
@@ -29,7 +29,7 @@ def schema(kind: str) -> dict:
 
 
 def problems(document: Any, kind: str) -> list[str]:
-    """Where `document` breaks the `kind` schema ("report" or "batch"), one line each; empty when it is valid."""
+    """Where `document` breaks the `kind` schema ("report", "batch" or "verify"), one line each; empty when it is valid."""
     from jsonschema import Draft202012Validator
 
     validator = Draft202012Validator(schema(kind))

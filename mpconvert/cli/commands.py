@@ -16,7 +16,7 @@ import sys
 import click
 
 from ..api import conversion_options, export_options, gate_options
-from ..options import EXPORT_KEYWORDS, SaveOptions, default_out_dir
+from ..options import EXPORT_KEYWORDS, VERIFY_KEYWORDS, SaveOptions, default_out_dir
 from ..precision import POLICIES
 from ..process import allow_restart, restart, restart_allowed, silence_frameworks, unwind_on_sigterm
 from ..report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
@@ -28,12 +28,13 @@ from .flags import (
     debug_option,
     flags_for,
     gate_flags,
+    keyword_flags,
     model_argument,
     output_flags,
     policy_option,
     quiet_option,
 )
-from .outputs import Outputs
+from .outputs import Outputs, Renderings
 from .process import COMMAND_LINE, command_line, run_action
 
 EXIT_CODES_HELP = f"""\b
@@ -48,6 +49,17 @@ Exit codes:
      to export), fine-tune health, baseline regression or speed (report.json,
      --junit and --summary are still written and name the failing checks)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C; 143 for SIGTERM); nothing is written
+"""
+
+
+VERIFY_EXIT_CODES_HELP = f"""\b
+Exit codes:
+  {EXIT_OK}  every file is as written, every artifact ran here within its
+     parity tolerance, and the conversion had passed its gate
+  {EXIT_FAILED}  OUT or its report cannot be read, or the --provider asked for
+     does not load here (without --fallback)
+  {EXIT_GATE}  a check failed: a changed or missing file, an artifact that
+     cannot run here or is outside parity, a failed conversion
 """
 
 
@@ -249,6 +261,37 @@ def replay_command(report_file, out, force, as_json, quiet, debug):
         elif not quiet:
             render_replay(result.replayed, result.out, result.compared)
         return result.exit_code
+
+    sys.exit(run_action(debug, action))
+
+
+@cli.command("verify", epilog=VERIFY_EXIT_CODES_HELP)
+@click.argument("folder", metavar="OUT", type=LocalPath())
+@keyword_flags(VERIFY_KEYWORDS.values())
+@output_flags("verification")
+@quiet_option
+@debug_option
+def verify_command(folder, junit, summary, as_json, quiet, debug, **keywords):
+    """Check OUT (a conversion's output folder, or a batch root) on the machine where it will serve.
+
+    Every artifact's sha256 against report.json; each SavedModel and ONNX
+    file loaded with the runtimes installed here and run on golden.npz
+    (parity with the converted model's recorded outputs, drift from
+    float32's); each timed at a serving batch (p50/p90/p99, rows/s) with
+    its peak memory; the library versions that differ from the
+    conversion's. Writes verify.json beside report.json.
+    """
+
+    def action() -> int:
+        from ..api import verify
+        from ..render.verify import render_verify, verify_markdown, write_verify_junit
+
+        document = verify(folder, **keywords)
+        where = document.get("folder") or document.get("root")
+        Outputs(junit, summary, as_json, quiet).emit(
+            document, where, Renderings(render_verify, verify_markdown, write_verify_junit)
+        )
+        return document["exit_code"]
 
     sys.exit(run_action(debug, action))
 

@@ -121,8 +121,16 @@ def missing_kernel(exc: BaseException) -> bool:
     return isinstance(exc, ort_state.NotImplemented) or "NOT_IMPLEMENTED" in str(exc)
 
 
-def run_onnx(path: str | pathlib.Path, feeds: dict[str, np.ndarray], *, emulate_16bit: bool = True) -> RunResult:
-    """Run an ONNX file on ONNX Runtime (CUDA when it loads, else CPU); outputs in the graph's order.
+def run_onnx(
+    path: str | pathlib.Path,
+    feeds: dict[str, np.ndarray],
+    *,
+    emulate_16bit: bool = True,
+    providers: Sequence[str] | None = None,
+) -> RunResult:
+    """Run an ONNX file on ONNX Runtime (on `providers`; default CUDA where it loads, else CPU).
+
+    The outputs come in the graph's order.
 
     Where ONNX Runtime has no kernel for an op in its dtype (bfloat16 on
     CPU), it runs a copy with 16-bit ops computed in float32 instead
@@ -143,7 +151,7 @@ def run_onnx(path: str | pathlib.Path, feeds: dict[str, np.ndarray], *, emulate_
     names = tuple(o.name for o in proto.graph.output)
 
     def ort_run(model_bytes: bytes) -> tuple[list[np.ndarray], str]:
-        session = open_session(model_bytes)
+        session = open_session(model_bytes, providers)
         return list(session.run(None, feeds)), runtime_of(session)
 
     try:
@@ -193,28 +201,32 @@ class OnnxRunner:
     """An ONNX file fed by position: `inputs` are its graph inputs' names in the signature's order.
 
     `outputs` are the names to return, in that order (where the file has them
-    all); `emulate_16bit` as for `run_onnx`. `timer` times the file as
-    written only: an emulated copy would time float32 arithmetic, so a file
-    the provider has no kernels for raises (`missing_kernel` tells).
+    all); `emulate_16bit` as for `run_onnx`; `providers` the ONNX Runtime
+    providers to ask for, best first (default: CUDA where it loads, then
+    CPU). `timer` times the file as written only: an emulated copy would
+    time float32 arithmetic, so a file the provider has no kernels for
+    raises (`missing_kernel` tells).
     """
 
     path: pathlib.Path
     inputs: tuple[str, ...]
     outputs: tuple[str, ...] = ()
     emulate_16bit: bool = True
+    providers: tuple[str, ...] = ()
 
     @property
     def runtime(self) -> str:
-        return "onnxruntime:" + session_providers()[0]
+        return "onnxruntime:" + (self.providers or session_providers())[0]
 
     def run(self, inputs: Sequence[np.ndarray]) -> RunResult:
-        result = run_onnx(self.path, dict(zip(self.inputs, inputs)), emulate_16bit=self.emulate_16bit)
+        feeds = dict(zip(self.inputs, inputs))
+        result = run_onnx(self.path, feeds, emulate_16bit=self.emulate_16bit, providers=self.providers or None)
         if not self.outputs or not set(self.outputs) <= set(result.names):
             return result
         return RunResult(result.by_name(self.outputs), result.runtime, result.promoted_ops, self.outputs)
 
     def timer(self, inputs: Sequence[np.ndarray]) -> Callable[[], None]:
-        session = open_session(self.path)
+        session = open_session(self.path, self.providers or None)
         feeds = dict(zip(self.inputs, (np.asarray(x) for x in inputs)))
         session.run(None, feeds)  # a missing kernel fails here, before any timing
         return lambda: session.run(None, feeds)
