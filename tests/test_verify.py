@@ -234,3 +234,14 @@ def test_a_batch_root_verifies_every_converted_model_and_names_the_rest(tmp_path
     assert not by_name["broken"]["passed"] and by_name["broken"]["message"] == "not converted (error)"
     converted = tmp_path / "zoo" / by_name["cancer_mlp"]["folder"]
     assert json.loads((converted / "verify.json").read_text())["passed"]
+
+
+def test_a_folder_whose_conversion_failed_its_gate_is_not_fit_to_deploy(folder, tmp_path):
+    copy = copy_of(folder, tmp_path)
+    report = json.loads((copy / "report.json").read_text())
+    report["gate"]["thresholds"]["max_drop"] = -1.0  # no drop can pass: the report's own verdict is now a fail
+    (copy / "report.json").write_text(json.dumps(report))
+    code, found = verified(copy)
+    assert code == 3 and all(f["passed"] for f in found["files"]) and all(a["passed"] for a in found["artifacts"])
+    gate = checks(found)["conversion gate"]
+    assert not gate["passed"] and "accuracy" in gate["message"] and "not fit to deploy" in gate["message"]
