@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .data import EvalData, Task
+from .data import EvalData
 from .options import Metric
 from .precision import Precision
 from .signature import Signature
+from .tasks import Task
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ import numpy as np
 
 from .configs import model_config
 from .context import Context
-from .data import Task, TaskKind
 from .errors import MpconvertError
 from .frameworks import Framework
 from .hooks import StepCallback
@@ -33,6 +32,7 @@ from .runners.keras import predict
 from .sections import Finetune, FinetuneKept
 from .sections.validation import worse_by
 from .state import rebuild
+from .tasks import Task, TaskKind
 from .validate import metric_value
 
 # A fresh dynamic loss scale starts at 2**15 and halves on each overflow, so

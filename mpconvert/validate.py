@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .data import DataSource, Overlap, Split, Task, TaskKind
+from .data import DataSource, Overlap, Split
 from .errors import MpconvertError
 from .options import Metric
 from .sections import OutputValidation, Validation
 from .sections.validation import primary_index
 from .stored import load_baseline
+from .tasks import Task, TaskKind
 from .thresholds import Thresholds
 
 if TYPE_CHECKING:

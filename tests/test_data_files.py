@@ -166,7 +166,7 @@ def test_memory_error_while_reading_names_the_key(tmp_path, monkeypatch):
 
 def test_memory_error_while_checking_is_an_mpconvert_error(tmp_path, monkeypatch):
     path = write_npz(tmp_path / "data.npz", valid_arrays())
-    monkeypatch.setattr(data, "_check_labels", out_of_memory)
+    monkeypatch.setattr(data, "check_labels", out_of_memory)
     error = refused(path, "out of memory", path.name)
     assert "smaller validation split" in error.hint
 

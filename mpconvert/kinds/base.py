@@ -24,7 +24,6 @@ import numpy as np
 
 from ..artifacts import OnnxFile, Writer
 from ..context import Context
-from ..data import Task
 from ..fidelity import Fidelity
 from ..finetune import Finetune, StepCallback
 from ..formats import ModelFormat
@@ -36,6 +35,7 @@ from ..precision import Precision
 from ..runners.base import Runner
 from ..sections import Layer, Source
 from ..signature import Signature
+from ..tasks import Task
 
 
 class Capability(StrEnum):

@@ -24,7 +24,6 @@ import numpy as np
 
 from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, savedmodel_parity
 from ..context import Context
-from ..data import Task, TaskKind
 from ..errors import MpconvertError
 from ..fidelity import Fidelity, limit_for
 from ..formats import ModelFormat
@@ -38,6 +37,7 @@ from ..options import LINT_ROWS, PARITY_SAMPLES, ArtifactKind, ExportOptions, Re
 from ..precision import Precision
 from ..runners.graphdef import GraphDefRunner
 from ..sections import Layer, Source
+from ..tasks import Task, TaskKind
 from ..validate import max_abs_diff
 from .base import Capability, ModelKind
 

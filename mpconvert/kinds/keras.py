@@ -20,7 +20,6 @@ import numpy as np
 from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, parity, savedmodel_parity
 from ..configs import model_class, model_config
 from ..context import Context
-from ..data import Task, TaskKind
 from ..errors import MpconvertError
 from ..finetune import Finetune, StepCallback, finetune
 from ..formats import ModelFormat
@@ -37,6 +36,7 @@ from ..runners.keras import KerasRunner, input_specs, predict, serving_fn
 from ..sections import Source
 from ..signature import Signature, signature_of
 from ..speed.memory import activation_memory
+from ..tasks import Task, TaskKind
 from ..trace import nodes, output_layers
 from .base import Capability, ModelKind
 

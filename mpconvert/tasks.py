@@ -1,0 +1,169 @@
+"""What a model output means (its task), and what its inputs and labels must look like to be used.
+
+A task decides an output's metric and the labels it takes; the checks turn
+an array a user gave into one the model and the metric can use (float32
+inputs, class ids, targets shaped like the output), or refuse it with the
+key and the expected shape. Shared by every source of rows (data.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from .errors import MpconvertError
+from .signature import TensorSpec
+
+
+class TaskKind(StrEnum):
+    """What one model output computes, by its final activation."""
+
+    SOFTMAX = "softmax"  # one class per row (softmax or log_softmax)
+    SIGMOID = "sigmoid"  # a unit per label, or per class (see Task.scored_by)
+    REGRESSION = "regression"  # anything else: scored by mse
+
+
+@dataclass(frozen=True)
+class Task:
+    """What one model output means, which decides its metric and labels."""
+
+    kind: TaskKind
+    output: TensorSpec
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", TaskKind(self.kind))  # a plain string from a caller
+
+    @property
+    def classes(self) -> int | None:
+        return self.output.shape[-1] if self.kind is TaskKind.SOFTMAX else None
+
+    def scored_by(self, labels: np.ndarray | None) -> Task:
+        """The task as its checked labels score it: a sigmoid output is not always a binary classifier.
+
+        Class ids (n,) for a Dense(k > 1, "sigmoid") output are scored like a
+        softmax (argmax accuracy); targets in [0, 1] that are not all 0/1
+        (reconstructions, probabilities) like a regression (mse, no
+        agreement); 0/1 labels shaped like the output keep the per-unit rule.
+        """
+        if self.kind is not TaskKind.SIGMOID or labels is None:
+            return self
+        if labels.ndim == 1 and sigmoid_units(self):
+            return Task(TaskKind.SOFTMAX, self.output)
+        if not ((labels == 0) | (labels == 1)).all():
+            return Task(TaskKind.REGRESSION, self.output)
+        return self
+
+
+def check_input(where: str, key: str, array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    expected = f"expected {spec.describe()} for input {spec.name!r}"
+    if array.size == 0 or array.ndim == 0:
+        raise MpconvertError(f"{where}: {key!r} is empty", hint=f"{expected}, with at least one row")
+    if array.ndim != len(spec.shape) or any(d is not None and a != d for a, d in zip(array.shape[1:], spec.shape[1:])):
+        raise MpconvertError(
+            f"{where}: {key!r} has shape {array.shape}, {expected}",
+            hint="reshape the array to the model's input shape",
+        )
+    if spec.is_float:
+        if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+            raise MpconvertError(
+                f"{where}: {key!r} has dtype {array.dtype}, {expected}",
+                hint="store numbers, e.g. x.astype('float32')",
+            )
+        array = array.astype(np.float32)
+        if not np.isfinite(array).all():
+            bad = int(np.count_nonzero(~np.isfinite(array)))
+            raise MpconvertError(
+                f"{where}: {key!r} contains {bad} NaN or infinite value(s)",
+                hint="clean or impute the data; validation needs finite inputs",
+            )
+        return array
+    if not np.issubdtype(array.dtype, np.integer):
+        raise MpconvertError(
+            f"{where}: {key!r} has dtype {array.dtype}, {expected}",
+            hint="integer inputs (token ids) must be stored as integers",
+        )
+    return array.astype(spec.dtype)
+
+
+def check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.ndarray:
+    if labels.size == 0 or labels.ndim == 0:
+        raise MpconvertError(f"{where}: {key!r} is empty", hint="store one label per sample")
+    if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_):
+        raise MpconvertError(
+            f"{where}: {key!r} has dtype {labels.dtype}",
+            hint="labels must be numbers (class ids, 0/1, or regression targets)",
+        )
+    if not np.isfinite(labels.astype(np.float64)).all():
+        raise MpconvertError(f"{where}: {key!r} contains NaN or infinite values", hint="clean the labels")
+    out = task.output
+    if task.kind is TaskKind.SOFTMAX:
+        classes = task.classes
+        if classes is None:
+            raise MpconvertError(
+                f"{where}: output {out.name!r} has no fixed number of classes ({out.describe()}), so class ids "
+                "cannot be checked against it",
+                hint="give the softmax output a fixed last dimension",
+            )
+        if labels.ndim == 2 and labels.shape[1] == classes and classes > 1:
+            labels = one_hot_to_ids(where, key, labels)
+        if labels.ndim == 2 and labels.shape[1] == 1:
+            labels = labels[:, 0]
+        if labels.ndim != 1:
+            raise MpconvertError(
+                f"{where}: {key!r} has shape {labels.shape}, expected (n,) class ids "
+                f"in [0, {classes}) or (n, {classes}) one-hot rows",
+                hint="store one integer class id per sample",
+            )
+        return class_ids(where, key, labels, classes, out)
+    units = sigmoid_units(task)
+    if units and labels.shape[1:] in ((), (1,)):
+        # Class ids for a Dense(k > 1, "sigmoid") output: scored by argmax.
+        return class_ids(where, key, labels.reshape(-1), units, out)
+    row_shape = tuple(d or 1 for d in out.shape[1:])
+    if labels.shape[1:] != row_shape:
+        # (n,) targets for an (n, 1) output are the same thing
+        if int(np.prod(labels.shape[1:])) != int(np.prod(row_shape)):
+            raise MpconvertError(
+                f"{where}: {key!r} has shape {labels.shape}, expected {out.describe()} like output {out.name!r}",
+                hint="store one target row per sample, shaped like the model output",
+            )
+        labels = labels.reshape((len(labels),) + row_shape)
+    labels = labels.astype(np.float32)
+    if task.kind is TaskKind.SIGMOID and (labels.min() < 0.0 or labels.max() > 1.0):
+        raise MpconvertError(
+            f"{where}: {key!r} must hold 0/1 labels or targets in [0, 1] for sigmoid output {out.name!r} "
+            f"(found values from {labels.min():g} to {labels.max():g})",
+            hint="store binary labels as 0 and 1 (or class ids (n,) for a sigmoid output with several units)",
+        )
+    return labels
+
+
+def sigmoid_units(task: Task) -> int | None:
+    """k for a (None, k > 1) sigmoid output, which (n,) class ids can label; else None."""
+    shape = task.output.shape
+    if task.kind is not TaskKind.SIGMOID or len(shape) != 2 or not shape[-1] or shape[-1] < 2:
+        return None
+    return shape[-1]
+
+
+def class_ids(where: str, key: str, labels: np.ndarray, classes: int, out: TensorSpec) -> np.ndarray:
+    if not np.all(np.equal(np.mod(labels, 1), 0)):
+        raise MpconvertError(f"{where}: {key!r} holds non-integer class ids", hint="store integer class ids")
+    if labels.min() < 0 or labels.max() >= classes:
+        raise MpconvertError(
+            f"{where}: {key!r} has labels from {labels.min():g} to {labels.max():g}, "
+            f"but output {out.name!r} has {classes} classes (0 to {classes - 1})",
+            hint="check that the labels belong to this model",
+        )
+    return labels.astype(np.int64)
+
+
+def one_hot_to_ids(where: str, key: str, labels: np.ndarray) -> np.ndarray:
+    if not (np.isin(labels, (0, 1)).all() and np.all(labels.sum(axis=1) == 1)):
+        raise MpconvertError(
+            f"{where}: {key!r} has one column per class but its rows are not one-hot",
+            hint="store class ids (n,) or exact one-hot rows",
+        )
+    return labels.argmax(axis=1)
