@@ -47,7 +47,7 @@ def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserial
         from ..render import render_doctor, render_model_timing
 
         if model is not None:
-            from ..doctor import time_model
+            from ..doctor_model import time_model
             from ..options import LoadOptions
 
             load = LoadOptions(model, unsafe_deserialization, tuple(imports))
