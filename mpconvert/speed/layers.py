@@ -27,12 +27,14 @@ from typing import Any
 
 from ..errors import first_line
 from ..runners.keras import KerasRunner
+from .slow_kernel import SLOWER
 from .timing import figures, median_ms
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 # A 16-bit layer this many times slower than float32 is a broken kernel, not
-# a missing speed-up (no Tensor Cores costs 1-2x, not 5x).
-PATHOLOGICAL = 5.0
+# a missing speed-up: the line the conversion's guard draws (slow_kernel.SLOWER,
+# 8x), so that the doctor and a conversion call the same kernel broken.
+PATHOLOGICAL = SLOWER
 # A first call this many times float32's is not repeated for a median: a
 # broken kernel can take seconds a call, and one call already tells.
 TIMED_ONCE = 4 * PATHOLOGICAL
