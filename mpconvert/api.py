@@ -346,4 +346,4 @@ def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
     """
     from .verification import verify_path
 
-    return verify_path(Path(folder), verify_options(**keywords), write=write).to_json()
+    return verify_path(folder, verify_options(**keywords), write=write).to_json()

@@ -17,7 +17,7 @@ from typing import Any
 from .errors import MpconvertError
 from .keywords import Keyword, check_ranges, keyword, table
 from .precision import Precision
-from .urls import is_url, output_url
+from .urls import is_url, local_path, output_url
 
 
 class ArtifactKind(StrEnum):
@@ -78,6 +78,10 @@ class LoadOptions:
         default_text="serving_default",
         help="The serving signature of a SavedModel without Keras metadata (converted as a graph).",
     )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.source, (str, Path)):
+            local_path(self.source, "the model")  # pathlib would read s3://b/m.keras as a local "s3:" folder
 
     @property
     def path(self) -> Path | None:

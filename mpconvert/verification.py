@@ -49,6 +49,7 @@ from .signature import Signature
 from .speed.measure import serving_rows
 from .speed.timing import timed_ms
 from .stored import read_report, stored_thresholds
+from .urls import local_path
 from .validate import max_abs_diff
 from .writing import write_text
 
@@ -222,9 +223,9 @@ def choose_provider(options: VerifyOptions) -> Provider:
     )
 
 
-def verify_path(path: Path, options: VerifyOptions, *, write: bool = True) -> Verification | BatchVerification:
+def verify_path(path: str | Path, options: VerifyOptions, *, write: bool = True) -> Verification | BatchVerification:
     """An output folder, or a batch root (a folder with batch.json): every converted model in it."""
-    path = Path(path)
+    path = local_path(path, "OUT")
     if not path.exists():
         raise MpconvertError(f"{path} not found", hint="give the output folder a conversion (or a batch) wrote")
     provider = choose_provider(options)

@@ -19,6 +19,8 @@ import pytest
 from conftest import SAMPLES, console_script, invoke
 from moto_s3 import moto_s3
 
+import mpconvert
+
 SECRET = "mpconvert-url-secret-0x5EC12E7"
 FAST = ["--finetune-steps", "0", "--export", "savedmodel", "--no-speed"]
 
@@ -236,19 +238,32 @@ def test_an_output_url_mpconvert_cannot_write_is_refused_before_any_work(model, 
         ["doctor", "s3://zoo/cancer_mlp.keras"],
         ["check", "s3://zoo/report.json"],
         ["batch", "s3://zoo/zoo.toml", "--out", "local-root"],
+        ["verify", "s3://zoo/converted"],
+        ["replay", "s3://zoo/converted/report.json"],
     ],
-    ids=["model", "data", "junit", "summary", "doctor", "check", "manifest"],
+    ids=["model", "data", "junit", "summary", "doctor", "check", "manifest", "verify", "replay"],
 )
 def test_a_url_where_only_local_paths_work_is_refused_and_makes_no_s3_folder(model, tmp_path, args, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cancer_mlp.keras").write_bytes((model / "cancer_mlp.keras").read_bytes())
-    extra = ["--out", "out", *FAST] if args[0] not in ("doctor", "check", "batch") else []
+    extra = ["--out", "out", *FAST] if args[0] not in ("doctor", "check", "batch", "verify", "replay") else []
     result = invoke(*args, *extra)
     assert result.exit_code in (1, 2), result.output
     assert "URL" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert not local_url_folders(tmp_path)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("call", ["convert", "verify"])
+def test_the_python_api_refuses_a_url_for_a_local_input(tmp_path, monkeypatch, call):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(mpconvert.MpconvertError, match=r"s3://zoo/m\.keras is a URL; it must be a local path"):
+        if call == "convert":
+            mpconvert.convert("s3://zoo/m.keras", "mixed_float16")
+        else:
+            mpconvert.verify("s3://zoo/m.keras")
+    assert not local_url_folders(tmp_path)
 
 
 def test_conversion_save_to_a_url_uploads_it(model, s3, tmp_path):
