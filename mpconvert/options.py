@@ -544,9 +544,17 @@ class VerifyOptions:
         default_text="the batch the conversion timed",
         help="Rows per timed call (a serving batch); the golden rows are repeated up to it.",
     )
+    artifacts: tuple[str, ...] = keyword(
+        EXPORT_KINDS,
+        kind="kinds",
+        choices=EXPORT_KINDS,
+        help="The artifacts to verify, the ones this machine will serve (comma-separated; savedmodel includes "
+        "model.keras); the others are neither hashed nor run.",
+    )
 
     def __post_init__(self) -> None:
         check_ranges(self)
+        check_export_kinds(self.artifacts)
 
 
 def default_out_dir(model_path: Path, policy: str) -> Path:

@@ -100,10 +100,14 @@ class ArtifactRun:
     memory: dict | None = None
     error: str | None = None  # it could not be loaded or run here
     skipped: str | None = None  # not run, and why (its bytes are not the ones written)
+    # Ops the runtime here has no kernel for, run on an emulated copy (parity checked there): the file
+    # as written cannot serve on this machine's provider.
+    emulated_ops: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
-        return self.error is None and self.skipped is None and bool(self.parity and self.parity["passed"])
+        parity_passed = bool(self.parity and self.parity["passed"])
+        return self.error is None and self.skipped is None and not self.emulated_ops and parity_passed
 
     @property
     def message(self) -> str:
@@ -112,6 +116,14 @@ class ArtifactRun:
         if self.error:
             return f"cannot run here: {self.error}"
         assert self.parity is not None
+        if self.emulated_ops:
+            provider = (self.runtime or "").split(" on ")[0]  # "onnxruntime:CPU... on an emulated copy"
+            return (
+                f"does not run as written on {provider}: it has no kernel here for some of its 16-bit ops "
+                f"(parity on a copy that runs {', '.join(self.emulated_ops)} in float32: "
+                f"{self.parity['message']}); serve it where its kernels exist (a GPU: --provider cuda), or "
+                "verify only what this machine serves (--artifacts savedmodel)"
+            )
         return f"on {self.runtime}: {self.parity['message']}"
 
     def to_json(self) -> dict:
@@ -128,6 +140,7 @@ class ArtifactRun:
             "memory": self.memory,
             "error": self.error,
             "skipped": self.skipped,
+            "emulated_ops": list(self.emulated_ops),
         }
 
 
@@ -156,6 +169,7 @@ class Verification:
     provider: Provider
     speed_batch: int
     golden_rows: int
+    chosen: tuple[str, ...]  # --artifacts
     versions: dict[str, dict[str, str | None]]  # package -> {"converted", "here"}, only those that differ
     machine: dict[str, Any]  # {"converted": ..., "here": ...}
 
@@ -199,6 +213,7 @@ class Verification:
             "provider": self.provider.to_json(),
             "speed_batch": self.speed_batch,
             "golden_rows": self.golden_rows,
+            "artifacts_chosen": list(self.chosen),
             "versions": self.versions,
             "machine": self.machine,
         }
@@ -241,8 +256,9 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
     stored = read_report(path)
     folder = (path if path.is_dir() else path.parent).absolute()
     golden = stored.get("golden")
-    recorded = [a for a in stored["artifacts"] if a.get("path") and a.get("sha256")]
-    if golden is None or not recorded:
+    written = [a for a in stored["artifacts"] if a.get("path") and a.get("sha256")]
+    recorded = [a for a in written if _served(a["kind"], options.artifacts)]
+    if golden is None or not written:
         raise MpconvertError(
             f"{folder / REPORT_NAME} records no golden rows or artifact hashes: it was written by an mpconvert "
             "from before `verify`",
@@ -284,12 +300,18 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         provider=provider,
         speed_batch=batch,
         golden_rows=golden["rows"],
+        chosen=tuple(options.artifacts),
         versions=_differing_versions(stored.get("versions") or {}),
         machine={
             "converted": (stored.get("provenance") or {}).get("machine"),
             "here": _machine(),
         },
     )
+
+
+def _served(kind: str, chosen: Sequence[str]) -> bool:
+    """Whether an artifact is among those `--artifacts` chose: model.keras comes with the SavedModel export."""
+    return kind in chosen or (kind == ArtifactKind.KERAS and ArtifactKind.SAVEDMODEL in chosen)
 
 
 def _file_check(folder: Path, relative: str, what: str, recorded: str) -> FileCheck:
@@ -365,6 +387,7 @@ def _run_artifact(
         latency=latency,
         latency_note=note,
         memory=memory,
+        emulated_ops=tuple(result.promoted_ops),
     )
 
 

@@ -227,13 +227,21 @@ def test_a_batch_root_verifies_every_converted_model_and_names_the_rest(tmp_path
     )
     result = invoke("batch", manifest, "--out", tmp_path / "zoo")
     assert result.exit_code == 1, result.output  # the broken file is an error
-    code, found = verified(tmp_path / "zoo")
+    code, found = verified(tmp_path / "zoo", "--artifacts", "savedmodel")  # what a TensorFlow server serves
     assert code == 3 and problems(found, "verify") == []
     by_name = {m["name"]: m for m in found["models"]}
     assert by_name["cancer_mlp"]["passed"] and by_name["cancer_mlp"]["verification"]["passed"]
     assert not by_name["broken"]["passed"] and by_name["broken"]["message"] == "not converted (error)"
     converted = tmp_path / "zoo" / by_name["cancer_mlp"]["folder"]
-    assert json.loads((converted / "verify.json").read_text())["passed"]
+    mine = json.loads((converted / "verify.json").read_text())
+    assert mine["passed"] and [a["kind"] for a in mine["artifacts"]] == ["savedmodel"]
+    assert {f["path"] for f in mine["files"]} == {"savedmodel", "model.keras", "golden.npz"}
+    if not cuda_usable():
+        # ONNX Runtime's CPU provider has no bfloat16 MatMul: the .onnx file cannot serve on this machine.
+        code, found = verified(converted)
+        onnx = checks(found)["runs: onnx"]
+        assert code == 3 and not onnx["passed"] and "does not run as written on onnxruntime:CPU" in onnx["message"]
+        assert "MatMul" in next(a for a in found["artifacts"] if a["kind"] == "onnx")["emulated_ops"]
 
 
 def test_a_folder_whose_conversion_failed_its_gate_is_not_fit_to_deploy(folder, tmp_path):
