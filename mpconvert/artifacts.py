@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 
 from .digests import Digest, digest
-from .errors import MpconvertError, WriteError
+from .errors import MpconvertError, WriteError, first_line
 from .options import ArtifactKind
-from .runners.base import RunResult
+from .runners.base import Runner, RunResult
 from .runners.onnx import OnnxRunner
 from .runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
 from .sections import Artifact, ArtifactOutput
-from .sections.artifacts import overall
+from .sections.artifacts import ServedBatch, overall
 from .signature import Signature
 from .validate import max_abs_diff
 from .writing import writing
@@ -36,6 +36,13 @@ from .writing import writing
 # Bytes of graph, metadata and report beside the weights in an output folder
 # (a few hundred KB for the sample models); a floor for the estimate.
 OVERHEAD = 1 << 20
+
+# Batches a server sends that the validation rows do not: none (an empty
+# request; a -1 beside a 0 in an ONNX Reshape cannot take it), one, and a
+# large one, LARGE_BATCH rows or what fits in LARGE_BATCH_BYTES of inputs
+# (MobileNetV2 at 224x224: 437 rows), the validation rows repeated.
+LARGE_BATCH = 4096
+LARGE_BATCH_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,33 @@ def _max_abs(outputs: list[np.ndarray]) -> float:
     return max((float(np.abs(o[np.isfinite(o)]).max(initial=0.0)) for o in outputs), default=0.0)
 
 
+def large_batch(rows: Sequence[np.ndarray]) -> int:
+    per_row = sum(x[:1].nbytes for x in rows) or 1
+    return max(2, min(LARGE_BATCH, LARGE_BATCH_BYTES // per_row))
+
+
+def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> tuple:
+    """`runner` at 0 rows, 1 row and a large batch of `rows` repeated, against `expected` on the same rows.
+
+    Whatever the runtime raises for a batch size is the finding (one line), not a crash: a file that cannot
+    take an empty request is an artifact that fails, named, at that size.
+    """
+    served = []
+    for n in (0, 1, large_batch(rows)):
+        take = np.arange(n) % len(rows[0])
+        try:
+            got = runner.run([x[take] for x in rows]).outputs
+        except Exception as exc:  # ONNX Runtime's, TensorFlow's and Keras's own errors alike
+            served.append(ServedBatch(n, f"{type(exc).__name__}: {first_line(exc, 600)}", None))
+            continue
+        wrong = next((g.shape for g in got if g.shape[:1] != (n,)), None)
+        if wrong is not None:
+            served.append(ServedBatch(n, f"returned an output of shape {tuple(wrong)} for {n} rows", None))
+            continue
+        served.append(ServedBatch(n, None, max_abs_diff([e[take] for e in expected], got)))
+    return tuple(served)
+
+
 def parity(
     kind: ArtifactKind,
     path: Path,
@@ -66,10 +100,12 @@ def parity(
     details: dict,
     signature: Signature,
     written: Digest | None = None,
+    batches: tuple[ServedBatch, ...] | None = None,
 ) -> Artifact:
     """An artifact's parity over all outputs; with several outputs, each one's too (by name).
 
-    `written` is the file's digest where the caller has it already (`verify` checked it), else it is taken.
+    `written` is the file's digest where the caller has it already (`verify` checked it), else it is taken;
+    `batches` what `serving_batches` found.
     """
     each = {
         spec.name: ArtifactOutput(max_abs_diff([e], [g]), _max_abs([e]))
@@ -89,6 +125,7 @@ def parity(
         details,
         outputs=outputs,
         sha256=written.sha256,
+        batches=batches,
     )
 
 
@@ -100,12 +137,16 @@ def savedmodel_parity(
     run: RunResult = runner.run(rows)
     # The signature's name, so that `verify` elsewhere calls the one that was checked here.
     details = {**runner.dtypes(), "signature": signature_name}
-    return parity(ArtifactKind.SAVEDMODEL, path, expected, run.outputs, runner.runtime, details, signature)
+    batches = serving_batches(runner, rows, expected)
+    return parity(
+        ArtifactKind.SAVEDMODEL, path, expected, run.outputs, runner.runtime, details, signature, batches=batches
+    )
 
 
 def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
     """The written ONNX file re-run on `rows`, its outputs matched by name, against the converted model's."""
-    run = OnnxRunner(written.export.path, written.inputs, written.outputs).run(rows)
+    runner = OnnxRunner(written.export.path, written.inputs, written.outputs)
+    run = runner.run(rows)
     details = {
         "opset": written.export.opset,
         "initializer_dtypes": written.export.initializer_dtypes,
@@ -119,7 +160,18 @@ def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signa
         "input_names": list(written.inputs),
         "output_names": list(written.outputs),
     }
-    return parity(ArtifactKind.ONNX, written.export.path, expected, run.outputs, run.checked_with, details, signature)
+    batches = serving_batches(runner, rows, expected)
+    return parity(
+        ArtifactKind.ONNX,
+        written.export.path,
+        expected,
+        run.outputs,
+        run.checked_with,
+        details,
+        signature,
+        None,
+        batches,
+    )
 
 
 def write_checked(writers: Sequence[Writer], expected: list, needed: int) -> list[Artifact]:

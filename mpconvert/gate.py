@@ -405,6 +405,29 @@ def _padding(padding: PaddingReport) -> Check:
 
 
 def check_parity(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
+    """The artifact against the converted model on the validation rows, and at the batch sizes it was run at."""
+    check = _parity_on_rows(artifact, thresholds, keras_nonfinite)
+    limit = check.values["limit"]
+    if artifact.failed or not artifact.batches or limit is None:
+        return check
+    judged = [
+        {**b.to_json(), "passed": b.error is None and b.max_abs_diff is not None and within(b.max_abs_diff, limit)}
+        for b in artifact.batches
+    ]
+    values = {**check.values, "batches": judged}
+    failing = [b for b in judged if not b["passed"]]
+    sizes = ", ".join(str(b["rows"]) for b in judged)
+    if not failing:
+        return Check(check.name, check.passed, f"{check.message}; serves {sizes} rows", values)
+    why = "; ".join(
+        f"cannot serve {b['rows']} rows: "
+        + (b["error"] or ("not finite" if b["max_abs_diff"] is None else f"max abs diff {b['max_abs_diff']:.3g}"))
+        for b in failing
+    )
+    return Check(check.name, False, f"{check.message}; {why}", values)
+
+
+def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
     kind, diff = artifact.kind, artifact.max_abs_diff
     # Reports written before max_abs_ref existed get the atol alone.
     ref = artifact.max_abs_ref or 0.0

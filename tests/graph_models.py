@@ -290,3 +290,44 @@ def two_splits():
         outputs=(TensorSpec("output_0", (None,), "float32"),),
         output_tensors=tuple(t.name for t in concrete.outputs),
     )
+
+
+def batch_centered(path):
+    """Scores centred on the batch's own mean (training-mode normalization left in a serving graph).
+
+    Its outputs for a row depend on the other rows sent with it: it cannot
+    serve one row, or any batch other than the one it was checked on.
+    """
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+
+    class Net(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(rng.normal(size=(6, 4)).astype(np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 6), tf.float32, name="x")])
+        def serve(self, x):
+            scores = tf.matmul(x, self.w)
+            return {"centred": scores - tf.reduce_mean(scores, axis=0, keepdims=True)}
+
+    return _saved(Net(), path)
+
+
+def keras_attention(path, seed: int = 0):
+    """Embedding, MultiHeadAttention and LayerNormalization over token rows, saved as .keras."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((LENGTH,), dtype="int32")
+    embedded = keras.layers.Embedding(TOKENS, 16, name="emb")(tokens)
+    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(embedded, embedded)
+    hidden = keras.layers.LayerNormalization(name="norm")(keras.layers.Add()([embedded, attended]))
+    pooled = keras.layers.GlobalAveragePooling1D()(hidden)
+    model = keras.Model(tokens, keras.layers.Dense(GROUPS, activation="softmax", name="head")(pooled))
+    x, y = majority_tokens(600, seed=5)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=3, batch_size=64, verbose=0)
+    model.save(str(path))
+    return path

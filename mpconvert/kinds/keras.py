@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, parity, savedmodel_parity
+from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, parity, savedmodel_parity, serving_batches
 from ..configs import model_class, model_config
 from ..context import Context
 from ..errors import MpconvertError
@@ -32,7 +32,7 @@ from ..options import ArtifactKind, ExportOptions, FinetuneOptions, PadOptions, 
 from ..pad import Padding, PadPlan, pad, plan_model_padding
 from ..precision import Precision
 from ..rewrite import Plan, Rewritten, output_activation, plan_conversion, rewrite
-from ..runners.keras import KerasRunner, input_specs, predict, serving_fn
+from ..runners.keras import KerasRunner, input_specs, serving_fn
 from ..sections import Source
 from ..signature import Signature, signature_of
 from ..speed.memory import activation_memory
@@ -143,7 +143,10 @@ class KerasKind(ModelKind):
                 def keras_file(path: Path):
                     model.save(str(path))
                     reloaded = self.framework.module.models.load_model(str(path), compile=False)
-                    return parity(ArtifactKind.KERAS, path, expected, predict(reloaded, rows), "keras", {}, signature)
+                    runner = KerasRunner(reloaded, signature)
+                    batches = serving_batches(runner, rows, expected)
+                    got = runner.run(rows).outputs
+                    return parity(ArtifactKind.KERAS, path, expected, got, "keras", {}, signature, batches=batches)
 
                 writers.append((ArtifactKind.KERAS, out / "model.keras", keras_file))
         if ArtifactKind.ONNX in options.kinds:

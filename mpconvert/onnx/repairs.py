@@ -12,6 +12,12 @@ Each pass mutates a ModelProto and returns descriptions of what it changed
 * ONNX opsets before 22 have no bfloat16 Conv, pooling and a few
   activations, and tf2onnx cannot write opset 22: `insert_float32_islands`
   computes those ops in float32 between Casts, keeping bfloat16 weights.
+* tf2onnx writes an Einsum (Keras's MultiHeadAttention, EinsumDense) as
+  Reshapes to [prod(batch axes), -1, prod(sum axes)], each part read from
+  the input's Shape. With an empty batch the -1 is ambiguous (0 elements
+  over a product of 0) and ONNX Runtime refuses the request ("Input shape
+  {0,2,12,1,8}, requested {0,-1,8}"); `explicit_reshape_sizes` computes
+  that part as the product of the input's remaining axes instead.
 """
 
 from __future__ import annotations
@@ -243,4 +249,88 @@ def _mixed_inputs(node, node_schema, types) -> list[tuple[int, int]]:
 
 # Run on every export, in this order (retype_float16_as_bfloat16 only where
 # the caller knows FLOAT16 is a mis-mapping).
-REPAIRS = (unify_input_types, insert_float32_islands, fold_cast_pairs)
+def explicit_reshape_sizes(proto) -> list[str]:
+    """Replace a Reshape's -1 by the product of the input's other axes, where its shape is read from that input.
+
+    Only the pattern whose value is certain is rewritten: the shape is a
+    Concat of one constant [-1] and parts that are each Gather(Shape(x),
+    constant axes), optionally through ReduceProd (all of it), of the very
+    tensor x being reshaped, over distinct axes, with x's rank known. Then
+    -1 = size(x) / product(the parts) = product of the axes no part reads,
+    which is what the Reshape computed for every non-empty batch, and is
+    defined for an empty one too.
+    """
+    inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False).graph
+    ranks = {
+        vi.name: len(vi.type.tensor_type.shape.dim)
+        for vi in [*inferred.input, *inferred.value_info, *inferred.output]
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+    }
+    fresh = name_factory(proto)
+    g = proto.graph
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    consts.update(
+        {
+            n.output[0]: numpy_helper.to_array(n.attribute[0].t)
+            for n in g.node
+            if n.op_type == "Constant" and n.attribute
+        }
+    )
+    producer = {out: n for n in g.node for out in n.output}
+    fixed = 0
+    for node in list(g.node):
+        if node.op_type != "Reshape" or node.input[0] not in ranks:
+            continue
+        concat = producer.get(node.input[1])
+        if concat is None or concat.op_type != "Concat":
+            continue
+        minus = [i for i, name in enumerate(concat.input) if name in consts and consts[name].tolist() == [-1]]
+        read = _axes_read(concat, minus, producer, consts, node.input[0], ranks[node.input[0]])
+        if len(minus) != 1 or read is None:
+            continue
+        shape_of_x, axes = read
+        rest = [a for a in range(ranks[node.input[0]]) if a not in axes]
+        if not rest:
+            continue
+        axes_name, gathered, size = fresh("mpconvert_rest_axes"), fresh("mpconvert_rest_dims"), fresh("mpconvert_rest")
+        g.initializer.append(numpy_helper.from_array(np.array(rest, dtype=np.int64), axes_name))
+        added = [
+            helper.make_node("Gather", [shape_of_x, axes_name], [gathered], name=fresh("mpconvert_rest_gather")),
+            helper.make_node("ReduceProd", [gathered], [size], keepdims=1, name=fresh("mpconvert_rest_prod")),
+        ]
+        at = list(g.node).index(concat)
+        for offset, new in enumerate(added):
+            g.node.insert(at + offset, new)
+        concat.input[minus[0]] = size
+        fixed += 1
+    if not fixed:
+        return []
+    prune(g)
+    return [f"computed the -1 of {fixed} Reshape(s) from their input's shape, so that they take an empty batch"]
+
+
+def _axes_read(concat, minus, producer, consts, x, rank) -> tuple[str, set[int]] | None:
+    """(Shape(x)'s output, the axes the Concat's other parts read) when every part reads distinct axes of x."""
+    shape_out, axes = None, set[int]()
+    for i, name in enumerate(concat.input):
+        if i in minus:
+            continue
+        part = producer.get(name)
+        if part is not None and part.op_type == "ReduceProd":
+            if len(part.input) != 1 or any(a.name == "axes" for a in part.attribute):
+                return None  # it must reduce all of what it reads
+            part = producer.get(part.input[0])
+        if part is None or part.op_type != "Gather" or part.input[1] not in consts:
+            return None
+        shape = producer.get(part.input[0])
+        if shape is None or shape.op_type != "Shape" or shape.attribute or shape.input[0] != x:
+            return None
+        read = {int(a) % rank for a in consts[part.input[1]].reshape(-1)}
+        if read & axes:
+            return None
+        axes |= read
+        shape_out = shape.output[0]
+    return (shape_out, axes) if shape_out is not None else None
+
+
+REPAIRS = (unify_input_types, insert_float32_islands, fold_cast_pairs, explicit_reshape_sizes)

@@ -47,6 +47,11 @@ class KerasRunner:
 
     def _predict(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         signature = self._signature
+        if len(inputs[0]) == 0:
+            # Keras 3.15's predict fails on no rows (UnboundLocalError: 'batch_outputs'), and an eager call
+            # of a Conv2D model too (oneDNN: "Incompatible shapes: [0,4,4,16] vs. [1,1,1,30]"); its traced
+            # predict_on_batch does not.
+            return as_float32(signature.output_list(self.model.predict_on_batch(signature.feed(inputs))))
         predicted = self.model.predict(signature.feed(inputs), batch_size=PREDICT_BATCH, verbose=0)
         return as_float32(signature.output_list(predicted))
 

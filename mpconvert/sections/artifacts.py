@@ -32,6 +32,19 @@ def overall(outputs: Iterable[ArtifactOutput]) -> ArtifactOutput:
 
 
 @dataclass(frozen=True)
+class ServedBatch(Section):
+    """An artifact run on a batch a server may send (no rows, one, a large one), against the converted model."""
+
+    rows: int
+    error: str | None  # why it could not serve this many rows, in one line; None when it did
+    max_abs_diff: float | None  # against the converted model on the same rows; None after an error or when not finite
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> ServedBatch:
+        return cls(**known(cls, stored))
+
+
+@dataclass(frozen=True)
 class Artifact(Section):
     kind: ArtifactKind | str  # a str: read back, a kind this version does not know (its parity check fails)
     path: str | None  # relative to the output folder; None when it failed
@@ -50,6 +63,8 @@ class Artifact(Section):
     # The file's sha256, or a folder's digest over its files (digests.py), as written; None when it failed
     # and in reports from before it existed. `mpconvert verify` checks a copy against it.
     sha256: str | None = None
+    # The batch sizes it was also run at (0, 1 and a large one); None in reports from before they were.
+    batches: tuple[ServedBatch, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", member(ArtifactKind, self.kind))
@@ -64,11 +79,12 @@ class Artifact(Section):
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Artifact:
         found = known(cls, stored)
-        outputs = found["outputs"]
+        outputs, batches = found["outputs"], found["batches"]
         return cls(
             **{
                 **found,
                 "details": found["details"] or {},
                 "outputs": None if outputs is None else {n: ArtifactOutput.from_json(o) for n, o in outputs.items()},
+                "batches": None if batches is None else tuple(ServedBatch.from_json(b) for b in batches),
             }
         )
