@@ -81,7 +81,7 @@ def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequen
         try:
             got = runner.run([x[take] for x in rows]).outputs
         except Exception as exc:  # ONNX Runtime's, TensorFlow's and Keras's own errors alike
-            served.append(ServedBatch(n, f"{type(exc).__name__}: {first_line(exc, 600)}", None))
+            served.append(ServedBatch(n, f"{type(exc).__name__}: {_cause(exc)}", None))
             continue
         wrong = next((g.shape for g in got if g.shape[:1] != (n,)), None)
         if wrong is not None:
@@ -89,6 +89,26 @@ def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequen
             continue
         served.append(ServedBatch(n, None, max_abs_diff([e[take] for e in expected], got)))
     return tuple(served)
+
+
+# Lines of TensorFlow's error text that say where, not what.
+_WHERE = (
+    "Graph execution error",
+    "Detected at node",
+    "<stack traces",
+    "[[",
+    "Arguments received",
+    "•",
+    "Exception encountered",
+)
+
+
+def _cause(exc: BaseException) -> str:
+    """What a runtime's error says went wrong, in one line: TensorFlow's first line is often only "Graph
+    execution error:", with the cause some lines below."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(_WHERE)] or lines
+    return " ".join(said[:2])[:400] or type(exc).__name__
 
 
 def parity(
@@ -149,6 +169,8 @@ def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signa
     run = runner.run(rows)
     details = {
         "opset": written.export.opset,
+        "io": written.export.io,
+        "edges": written.export.edges,
         "initializer_dtypes": written.export.initializer_dtypes,
         "repairs": list(written.export.repairs),
         # ONNX Runtime's CPU provider lacks most bfloat16 kernels; these op

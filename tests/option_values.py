@@ -91,6 +91,7 @@ def changed_values(model: Path, data: Path, baseline: Path) -> dict[str, Any]:
         "ExportOptions.kinds": ("savedmodel",),
         "ExportOptions.opset": 13,
         "ExportOptions.parity_samples": 128,
+        "ExportOptions.onnx_io": "float16",
         "ExportOptions.bench_onnx": True,
     }
 

@@ -157,7 +157,7 @@ class ModelKind(ABC):
         on `rows` against `expected` (the model's own outputs)."""
 
     @abstractmethod
-    def onnx(self, model: Any, path: Path, opset: int) -> OnnxFile:
+    def onnx(self, model: Any, path: Path, opset: int, io: str = "float32") -> OnnxFile:
         """An ONNX export of the original or a converted model (also the float32 baseline of --bench-onnx)."""
 
     @abstractmethod

@@ -197,16 +197,18 @@ class FrozenKind(ModelKind):
                 (
                     ArtifactKind.ONNX,
                     out / "model.onnx",
-                    lambda path: onnx_parity(self.onnx(model, path, options.opset), rows, expected, model.signature),
+                    lambda path: onnx_parity(
+                        self.onnx(model, path, options.opset, options.onnx_io), rows, expected, model.signature
+                    ),
                 )
             )
         return writers
 
-    def onnx(self, model: Any, path: Path, opset: int) -> OnnxFile:
+    def onnx(self, model: Any, path: Path, opset: int, io: str = "float32") -> OnnxFile:
         from ..onnx.export import graph_to_onnx
 
         exported = graph_to_onnx(
-            model.graph_def, model.input_tensors, model.output_tensors, path, opset=opset, unit_of=self.node_of
+            model.graph_def, model.input_tensors, model.output_tensors, path, opset=opset, unit_of=self.node_of, io=io
         )
         return OnnxFile(exported, tuple(exported.input_names), tuple(model.output_tensors))
 

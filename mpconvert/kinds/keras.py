@@ -154,15 +154,17 @@ class KerasKind(ModelKind):
                 (
                     ArtifactKind.ONNX,
                     out / "model.onnx",
-                    lambda path: onnx_parity(self.onnx(model, path, options.opset), rows, expected, signature),
+                    lambda path: onnx_parity(
+                        self.onnx(model, path, options.opset, options.onnx_io), rows, expected, signature
+                    ),
                 )
             )
         return writers
 
-    def onnx(self, model: Any, path: Path, opset: int) -> OnnxFile:
+    def onnx(self, model: Any, path: Path, opset: int, io: str = "float32") -> OnnxFile:
         from ..onnx.export import keras_to_onnx
 
-        exported = keras_to_onnx(model, input_specs(self.signature), path, opset=opset)
+        exported = keras_to_onnx(model, input_specs(self.signature), path, opset=opset, io=io)
         names = tuple(spec.name for spec in self.signature.inputs)
         return OnnxFile(exported, names, tuple(spec.name for spec in self.signature.outputs))
 

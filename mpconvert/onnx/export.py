@@ -44,6 +44,7 @@ from onnx import TensorProto
 
 from mpconvert.errors import MpconvertError
 from mpconvert.onnx.checks import check, check_inputs, layer_of, reject_unconverted_ops  # noqa: F401 (layer_of: tests)
+from mpconvert.onnx.edges import edge_casts, float16_io
 from mpconvert.onnx.graphdef import drop_xla_markers, graph_dtypes, pack_16bit_constants, take_weights
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
 from mpconvert.options import DEFAULT_OPSET, check_opset
@@ -60,15 +61,18 @@ class OnnxExport:
     output_names: list[str]
     initializer_dtypes: dict[str, int]  # ONNX dtype name -> number of initializers
     repairs: list[str] = field(default_factory=list)
+    io: str = "float32"  # the element type of its float inputs and outputs (--onnx-io)
+    edges: dict = field(default_factory=dict)  # edges.edge_casts: the casts at its inputs and outputs
 
 
 def keras_to_onnx(
-    model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *, opset: int = DEFAULT_OPSET
+    model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *, opset: int = DEFAULT_OPSET, io: str = "float32"
 ) -> OnnxExport:
     """Convert a Keras 3 or tf-keras model to a checked ONNX file at `path`.
 
     Inputs are named after `input_specs` (unnamed ones after the model's
-    inputs), outputs after the model's output layers; both stay float32.
+    inputs), outputs after the model's output layers; both float32, or
+    float16 with `io="float16"`.
     """
     path = pathlib.Path(path)
     check_opset(opset)
@@ -83,10 +87,10 @@ def keras_to_onnx(
     reject_unconverted_ops(proto, unit_of)
     check_inputs(proto, specs)
 
-    return _finish(proto, tf_dtypes, patched, unit_of, path, opset)
+    return _finish(proto, tf_dtypes, patched, unit_of, path, opset, io)
 
 
-def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset: int) -> OnnxExport:
+def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset: int, io: str) -> OnnxExport:
     """Repair, check and write the converted graph; `unit_of(node name)` names a failing node's layer or node."""
     repairs: list[str] = []
     if tf.bfloat16 in tf_dtypes:
@@ -99,6 +103,8 @@ def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset:
         # nothing tells them apart and the checker reports any clash.
         if tf.float16 not in tf_dtypes:
             repairs.extend(retype_float16_as_bfloat16(proto))
+    if io == "float16":
+        repairs.extend(float16_io(proto))
     for repair in REPAIRS:
         repairs.extend(repair(proto))
     data = check(proto, unit_of)
@@ -114,11 +120,20 @@ def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset:
         output_names=[o.name for o in proto.graph.output],
         initializer_dtypes=dict(sorted(dtypes.items())),
         repairs=repairs,
+        io=io,
+        edges=edge_casts(proto),
     )
 
 
 def graph_to_onnx(
-    graph_def, input_tensors, output_tensors, path: pathlib.Path, *, opset: int = DEFAULT_OPSET, unit_of=lambda n: None
+    graph_def,
+    input_tensors,
+    output_tensors,
+    path: pathlib.Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    unit_of=lambda n: None,
+    io: str = "float32",
 ):
     """A frozen (and rewritten) GraphDef to a checked ONNX file: the graph-level kind's export.
 
@@ -139,7 +154,7 @@ def graph_to_onnx(
 
     proto, patched = _quietly(convert, "the graph")
     reject_unconverted_ops(proto, unit_of)
-    return _finish(proto, graph_dtypes(graph_def), patched, unit_of, path, opset)
+    return _finish(proto, graph_dtypes(graph_def), patched, unit_of, path, opset, io)
 
 
 def _quietly(convert, what: str, lean: bool = False):
