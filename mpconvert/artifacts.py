@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .digests import Digest, digest
-from .errors import MpconvertError, WriteError, first_line
+from .errors import MpconvertError, WriteError
 from .options import ArtifactKind
 from .runners.base import Runner, RunResult
 from .runners.onnx import OnnxRunner
