@@ -25,6 +25,7 @@ from .digests import Digest, digest
 from .errors import MpconvertError, WriteError
 from .options import ArtifactKind
 from .runners.base import Runner, RunResult
+from .runners.litert import LiteRTRunner
 from .runners.onnx import OnnxRunner
 from .runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
 from .sections import Artifact, ArtifactOutput
@@ -193,6 +194,17 @@ def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signa
         signature,
         None,
         batches,
+    )
+
+
+def litert_parity(written: Any, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
+    """A written .tflite (litert.LiteRTFile) re-run in the LiteRT interpreter, against the converted model's outputs."""
+    runner = LiteRTRunner(written.path, signature)
+    run = runner.run(rows)
+    details = {**written.details, "tensor_dtypes": runner.tensor_dtypes()}
+    batches = serving_batches(runner, rows, expected)
+    return parity(
+        ArtifactKind.LITERT, written.path, expected, run.outputs, runner.runtime, details, signature, batches=batches
     )
 
 

@@ -26,6 +26,7 @@ class ArtifactKind(StrEnum):
     SAVEDMODEL = "savedmodel"
     KERAS = "keras"
     ONNX = "onnx"
+    LITERT = "litert"
 
 
 class Metric(StrEnum):
@@ -43,7 +44,9 @@ class AutoKeepMode(StrEnum):
     SEARCH = "search"  # and search for what fixes a failing accuracy or agreement check
 
 
-EXPORT_KINDS = (ArtifactKind.SAVEDMODEL.value, ArtifactKind.ONNX.value)
+EXPORT_KINDS = (ArtifactKind.SAVEDMODEL.value, ArtifactKind.ONNX.value, ArtifactKind.LITERT.value)
+# What --export writes unless told: the LiteRT file is for mobile and edge teams, who ask for it.
+DEFAULT_EXPORT = (ArtifactKind.SAVEDMODEL.value, ArtifactKind.ONNX.value)
 ARTIFACT_KINDS = tuple(kind.value for kind in ArtifactKind)
 METRICS = tuple(metric.value for metric in Metric)
 
@@ -271,7 +274,11 @@ MAX_OPSET = 18
 @dataclass(frozen=True)
 class ExportOptions:
     kinds: tuple[str, ...] = keyword(
-        EXPORT_KINDS, name="export", kind="kinds", choices=EXPORT_KINDS, help="Artifacts to write, comma-separated."
+        DEFAULT_EXPORT,
+        name="export",
+        kind="kinds",
+        choices=EXPORT_KINDS,
+        help="Artifacts to write, comma-separated (litert: model.tflite with float16 weights).",
     )
     opset: int = keyword(
         DEFAULT_OPSET,

@@ -342,6 +342,34 @@ def rebuild_with(
         return _build(framework, model, apply_plan(config, model_class, plan, mixed), plan, smoke_inputs)[0]
 
 
+# Recurrent layers that take `unroll`: the same cell, applied step by step without a while loop.
+RECURRENT = ("LSTM", "GRU", "SimpleRNN")
+
+
+def float32_copy(model: Any, framework: Framework, smoke_inputs: list[np.ndarray], unroll: bool = False) -> Any:
+    """A converted `model` rebuilt with every layer in float32 and all its state: its weights, computed in float32.
+
+    What a runtime that stores 16-bit weights but chooses its own compute
+    precision (LiteRT) is converted from. Built from the converted model's
+    own config, as `rewrite` builds its float32 proof. `unroll` unrolls the
+    recurrent layers (the same cell and weights, as many steps as the
+    sequence has; it needs a fixed length): LiteRT has no builtin for the
+    while loop's TensorList ops at a variable batch.
+    """
+    config = copy.deepcopy(model_config(model))
+    for container, _, _ in _iter_containers(config, model_class(model)):
+        for entry in container["layers"]:
+            if "dtype" in entry.get("config", {}):
+                entry["config"]["dtype"] = "float32"
+            if unroll and entry.get("class_name") in RECURRENT and "unroll" in entry.get("config", {}):
+                entry["config"]["unroll"] = True
+    with framework.preserved_global_policy():
+        new = framework.model_from_config(model, config)
+        copy_model_state(framework, model, new, {})
+        new(signature_of(new).feed(smoke_inputs), training=False)
+        return new
+
+
 def _build(
     framework: Framework, model: Any, config: dict, plan: Plan, smoke_inputs: list[np.ndarray]
 ) -> tuple[Any, dict[str, float]]:

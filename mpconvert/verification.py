@@ -39,6 +39,7 @@ from .memory import peak_resident, reset_peak, resident
 from .options import DEFAULT_SPEED_BATCH, ArtifactKind, VerifyOptions
 from .report import EXIT_GATE, EXIT_OK, REPORT_NAME, Report, mpconvert_version
 from .runners.base import Runner
+from .runners.litert import LiteRTRunner
 from .runners.onnx import ORT_CPU, ORT_CUDA, ORT_TENSORRT, OnnxRunner, missing_kernel, usable_providers
 from .runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
 from .schema import SCHEMA_VERSION
@@ -331,11 +332,16 @@ def _onnx(path: Path, details: Mapping[str, Any], signature: Signature, provider
     return OnnxRunner(path, tuple(inputs), tuple(outputs), providers=provider.providers)
 
 
+def _litert(path: Path, details: Mapping[str, Any], signature: Signature, provider: Provider) -> Runner:
+    return LiteRTRunner(path, signature)
+
+
 # How each artifact kind is run here, and the runtime it loads (imported before memory is measured, so
 # that an artifact's figure is its own, not the library's); a kind not listed (model.keras) is hash-checked only.
 RUNNERS: dict[str, tuple[Callable[[Path, Mapping[str, Any], Signature, Provider], Runner], str]] = {
     ArtifactKind.SAVEDMODEL: (_savedmodel, "tensorflow"),
     ArtifactKind.ONNX: (_onnx, "onnxruntime"),
+    ArtifactKind.LITERT: (_litert, "tensorflow"),
 }
 
 

@@ -331,3 +331,35 @@ def keras_attention(path, seed: int = 0):
     model.fit(x, y, epochs=3, batch_size=64, verbose=0)
     model.save(str(path))
     return path
+
+
+def keras_lstm(path, seed: int = 0):
+    """Embedding and an LSTM over token rows of a fixed length, saved as .keras."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    tokens = keras.Input((LENGTH,), dtype="int32")
+    hidden = keras.layers.LSTM(16, name="lstm")(keras.layers.Embedding(TOKENS, 16, name="emb")(tokens))
+    model = keras.Model(tokens, keras.layers.Dense(GROUPS, activation="softmax", name="head")(hidden))
+    x, y = majority_tokens(600, seed=5)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=3, batch_size=64, verbose=0)
+    model.save(str(path))
+    return path
+
+
+def keras_wide(path, seed: int = 0):
+    """Dense(256) x 2 on the digits: weights dominate its files (83k parameters)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    pixels = keras.Input((64,), name="pixels")
+    hidden = keras.layers.Dense(256, activation="relu", name="wide1")(pixels)
+    hidden = keras.layers.Dense(256, activation="relu", name="wide2")(hidden)
+    model = keras.Model(pixels, keras.layers.Dense(10, activation="softmax", name="digit")(hidden))
+    with np.load(_digits(), allow_pickle=False) as npz:
+        x, y = npz["x_train"], npz["y_train"]
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy")
+    model.fit(x, y, epochs=5, batch_size=64, verbose=0)
+    model.save(str(path))
+    return path

@@ -68,8 +68,12 @@ class FrozenGraph:
         result = self.source(**{spec.name: tf.constant(x) for spec, x in zip(self.inputs, rows)})
         return [np.asarray(result[spec.name], dtype=np.float32) for spec in self.outputs]
 
-    def save(self, path: Path) -> None:
-        """A SavedModel whose `signature_name` takes and returns what the original's did, by name."""
+    def save(self, path: Path, guard_empty: bool = True) -> None:
+        """A SavedModel whose `signature_name` takes and returns what the original's did, by name.
+
+        `guard_empty=False` leaves out the empty-request branch (for the LiteRT converter, whose If of
+        an empty constant fails at run time: "Invalid tensor size").
+        """
         import tensorflow as tf
 
         module = tf.Module()
@@ -79,7 +83,8 @@ class FrozenGraph:
         specs = [tf.TensorSpec(spec.shape, spec.dtype, name=spec.name) for spec in self.inputs]
 
         shapes = [tuple(spec.shape[1:]) for spec in self.outputs]
-        guarded = all(None not in shape for shape in shapes) and all(s.shape[:1] == (None,) for s in self.inputs)
+        guarded = guard_empty and all(None not in shape for shape in shapes)
+        guarded = guarded and all(s.shape[:1] == (None,) for s in self.inputs)
 
         def serve(*args):
             if not guarded:

@@ -15,6 +15,7 @@ probe time the imported serving graph, which the exported SavedModel runs.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, savedmodel_parity
+from ..artifacts import OVERHEAD, OnnxFile, Writer, litert_parity, onnx_parity, savedmodel_parity
 from ..context import Context
 from ..errors import MpconvertError
 from ..fidelity import Fidelity, limit_for
@@ -30,6 +31,7 @@ from ..formats import ModelFormat
 from ..frozen.freeze import FrozenGraph
 from ..frozen.rewrite import PASS_THROUGH, NodeDecision, candidates, overflowing, rewrite_graph
 from ..frozen.search import search_nodes
+from ..litert import write_litert
 from ..numerics.autokeep import search_reason
 from ..numerics.lint import OVERFLOW_MARGIN, Finding, Lint
 from ..numerics.search import Goal, Search
@@ -202,6 +204,16 @@ class FrozenKind(ModelKind):
                     ),
                 )
             )
+        if ArtifactKind.LITERT in options.kinds:
+
+            def litert_file(path: Path):
+                # A graph-level conversion neither fine-tunes nor pads: the float32 original holds its weights.
+                with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
+                    self.original.save(Path(tmp) / "float32", guard_empty=False)
+                    written = write_litert(Path(tmp) / "float32", path)
+                return litert_parity(written, rows, expected, model.signature)
+
+            writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))
         return writers
 
     def onnx(self, model: Any, path: Path, opset: int, io: str = "float32") -> OnnxFile:

@@ -11,19 +11,30 @@ exports (a SavedModel, a .keras file beside it for Keras 3, an ONNX file).
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..artifacts import OVERHEAD, OnnxFile, Writer, onnx_parity, parity, savedmodel_parity, serving_batches
+from ..artifacts import (
+    OVERHEAD,
+    OnnxFile,
+    Writer,
+    litert_parity,
+    onnx_parity,
+    parity,
+    savedmodel_parity,
+    serving_batches,
+)
 from ..configs import model_class, model_config
 from ..context import Context
 from ..errors import MpconvertError
 from ..finetune import Finetune, StepCallback, finetune
 from ..formats import ModelFormat
 from ..frameworks import Framework
+from ..litert import write_litert
 from ..load import Loaded
 from ..numerics.autokeep import keep_by_lint, keep_by_search
 from ..numerics.lint import Lint
@@ -31,7 +42,7 @@ from ..numerics.search import Goal, Search
 from ..options import ArtifactKind, ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan, pad, plan_model_padding
 from ..precision import Precision
-from ..rewrite import Plan, Rewritten, output_activation, plan_conversion, rewrite
+from ..rewrite import Plan, Rewritten, float32_copy, output_activation, plan_conversion, rewrite
 from ..runners.keras import KerasRunner, input_specs, serving_fn
 from ..sections import Source
 from ..signature import Signature, signature_of
@@ -159,6 +170,22 @@ class KerasKind(ModelKind):
                     ),
                 )
             )
+        if ArtifactKind.LITERT in options.kinds:
+
+            def litert_file(path: Path):
+                try:
+                    float32 = float32_copy(model, self.framework, [x[:2] for x in rows], unroll=True)
+                except Exception as exc:  # Keras refuses to unroll a sequence of unknown length
+                    raise MpconvertError(
+                        f"the model cannot be rebuilt for LiteRT: {type(exc).__name__}: {str(exc)[:200]}",
+                        hint="give recurrent layers a fixed sequence length, or --export savedmodel,onnx",
+                    ) from None
+                with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
+                    write_savedmodel(float32, self.framework, signature, Path(tmp) / "float32")
+                    written = write_litert(Path(tmp) / "float32", path)
+                return litert_parity(written, rows, expected, signature)
+
+            writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))
         return writers
 
     def onnx(self, model: Any, path: Path, opset: int, io: str = "float32") -> OnnxFile:

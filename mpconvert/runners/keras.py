@@ -48,10 +48,15 @@ class KerasRunner:
     def _predict(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         signature = self._signature
         if len(inputs[0]) == 0:
-            # Keras 3.15's predict fails on no rows (UnboundLocalError: 'batch_outputs'), and an eager call
-            # of a Conv2D model too (oneDNN: "Incompatible shapes: [0,4,4,16] vs. [1,1,1,30]"); its traced
-            # predict_on_batch does not.
-            return as_float32(signature.output_list(self.model.predict_on_batch(signature.feed(inputs))))
+            # No rows: Keras 3.15's predict fails (UnboundLocalError: 'batch_outputs'), an eager call of a
+            # Conv2D model too (oneDNN: "Incompatible shapes: [0,4,4,16] vs. [1,1,1,30]"), predict_on_batch
+            # of a 16-bit LSTM as well ("Shape must be rank 1 but is rank 2 ... BiasAdd"); the traced
+            # serving function, which the exported SavedModel runs, takes them.
+            import tensorflow as tf
+
+            serve = tf.function(serving_fn(self.model, signature), input_signature=input_specs(signature))
+            found = serve(*(tf.constant(x) for x in inputs))
+            return as_float32([found[spec.name].numpy() for spec in signature.outputs])
         predicted = self.model.predict(signature.feed(inputs), batch_size=PREDICT_BATCH, verbose=0)
         return as_float32(signature.output_list(predicted))
 
