@@ -23,6 +23,7 @@ import numpy as np
 
 from .digests import Digest, digest
 from .errors import MpconvertError, WriteError
+from .onnx.checks import NotExportable
 from .options import ArtifactKind
 from .runners.base import Runner, RunResult
 from .runners.litert import LiteRTRunner
@@ -233,4 +234,16 @@ def _guarded(
         else:
             path.unlink(missing_ok=True)
         reason = str(exc).replace("\n  fix:", "; fix:")
-        return Artifact(kind, None, 0, None, _max_abs(expected), None, {"error": reason}, failed=True, reason=reason)
+        refused = isinstance(exc, NotExportable)
+        return Artifact(
+            kind,
+            None,
+            0,
+            None,
+            _max_abs(expected),
+            None,
+            {"error": reason},
+            failed=True,
+            reason=reason,
+            exportable=not refused,
+        )

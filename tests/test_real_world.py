@@ -347,8 +347,10 @@ def test_a_failed_onnx_export_keeps_the_savedmodel_and_the_report(two_unit_sigmo
         "details": {"error": reason},
         "failed": True,
         "reason": reason,
+        "exportable": True,  # a failure, not a model ONNX cannot express
         "outputs": None,
         "sha256": None,  # nothing was written to hash
+        "batches": None,  # nothing to run at other batch sizes
     }
     checks = checks_of(report)
     assert not checks["artifact parity: onnx"]["passed"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..emptybatch import guarded
 from ..errors import MpconvertError
 from ..load import newer_version
 from ..runners.graphdef import GraphDefRunner
@@ -71,8 +72,9 @@ class FrozenGraph:
     def save(self, path: Path, guard_empty: bool = True) -> None:
         """A SavedModel whose `signature_name` takes and returns what the original's did, by name.
 
-        `guard_empty=False` leaves out the empty-request branch (for the LiteRT converter, whose If of
-        an empty constant fails at run time: "Invalid tensor size").
+        An empty request gets empty outputs without running the graph (emptybatch.py);
+        `guard_empty=False` leaves that branch out (for the LiteRT converter, whose If of an empty
+        constant fails at run time: "Invalid tensor size").
         """
         import tensorflow as tf
 
@@ -82,23 +84,11 @@ class FrozenGraph:
         keys = [spec.name for spec in self.outputs]
         specs = [tf.TensorSpec(spec.shape, spec.dtype, name=spec.name) for spec in self.inputs]
 
-        shapes = [tuple(spec.shape[1:]) for spec in self.outputs]
-        guarded = guard_empty and all(None not in shape for shape in shapes)
-        guarded = guarded and all(s.shape[:1] == (None,) for s in self.inputs)
-
         def serve(*args):
-            if not guarded:
-                return dict(zip(keys, module.graph(*args)))
+            return dict(zip(keys, module.graph(*args)))
 
-            # An empty request gets empty outputs without running the graph: TensorFlow 2.21's oneDNN
-            # kernels for a 16-bit Conv2D fused with its BiasAdd fail on a batch of 0 ("Must provide as
-            # many biases as the last dimension of the input tensor: [8] vs. [0,8,8,1]"), where float32's
-            # do not. Every artifact's check at 0 rows holds this branch to the model's output shapes.
-            def empty():
-                return [tf.zeros((0, *shape), spec.dtype) for shape, spec in zip(shapes, self.outputs)]
-
-            found = tf.cond(tf.shape(args[0])[0] > 0, lambda: list(module.graph(*args)), empty)
-            return dict(zip(keys, found))
+        if guard_empty and all(spec.shape[:1] == (None,) for spec in self.inputs):
+            serve = guarded(serve, keys, self.outputs)
 
         # The signature's keyword names are the arguments' names: give the function those.
         serve.__signature__ = _named_signature(names)  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ from ..artifacts import (
 )
 from ..configs import model_class, model_config
 from ..context import Context
+from ..emptybatch import guarded
 from ..errors import MpconvertError
 from ..finetune import Finetune, StepCallback, finetune
 from ..formats import ModelFormat
@@ -208,15 +209,22 @@ class KerasKind(ModelKind):
 
 
 def write_savedmodel(model: Any, framework: Framework, signature: Signature, path: Path) -> None:
+    # Its serving signature answers an empty request without running 16-bit kernels that fail on it.
+    names = [spec.name for spec in signature.outputs]
+    serve = guarded(serving_fn(model, signature), names, signature.outputs)
     if framework.is_keras3:
         archive = framework.module.export.ExportArchive()
         archive.track(model)
-        archive.add_endpoint("serve", serving_fn(model, signature), input_signature=input_specs(signature))
+        archive.add_endpoint("serve", serve, input_signature=input_specs(signature))
         archive.write_out(str(path), verbose=False)
     else:
+        import tensorflow as tf
+
         # A Keras-2 SavedModel written by tf-keras reloads as a Keras model
         # with its per-layer policies (tf_keras.models.load_model).
-        model.save(str(path), save_format="tf", include_optimizer=False)
+        function = tf.function(serve, input_signature=input_specs(signature), autograph=False)
+        signatures = {"serving_default": function.get_concrete_function()}
+        model.save(str(path), save_format="tf", include_optimizer=False, signatures=signatures)
 
 
 def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> None:

@@ -52,6 +52,19 @@ def layer_of(node_name, model):
 _CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
 
 
+class NotExportable(MpconvertError):
+    """The model computes something no ONNX operator expresses: the ONNX file is refused, not failed."""
+
+
+# TensorFlow ops that no ONNX operator computes, and why; tf2onnx leaves them unconverted (or maps them
+# to a contrib domain that ONNX Runtime does not ship).
+INEXPRESSIBLE = {
+    "StringToHashBucketFast": "Keras's Hashing hashes with FarmHash Fingerprint64, which no ONNX operator computes",
+    "StringToHashBucketStrong": "a keyed SipHash, which no ONNX operator computes",
+    "StringToHashBucket": "TensorFlow's own string hash, which no ONNX operator computes",
+}
+
+
 def reject_unconverted_ops(proto, unit_of):
     """Refuse ops tf2onnx left unconverted, naming each with its unit (`unit_of(node name)`: a layer, a node)."""
     # process_tf_graph runs with continue_on_error=True, as from_function
@@ -65,6 +78,15 @@ def reject_unconverted_ops(proto, unit_of):
                 first.setdefault(n.op_type, n)
     if not first:
         return
+    never = sorted(op for op in first if op in INEXPRESSIBLE)
+    if never:
+        node = first[never[0]]
+        layer = unit_of(node.name)
+        where = f"layer '{layer}'" if layer else f"node '{node.name}'"
+        raise NotExportable(
+            f"not exportable to ONNX: {where} ({never[0]}): {INEXPRESSIBLE[never[0]]}",
+            hint="the other artifacts serve the model; compute the hash before the model if ONNX is needed",
+        )
     ops = sorted(first, key=lambda op: (op in _CALL_OPS, op))
     blamed = []
     for op in ops:

@@ -39,8 +39,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 import tensorflow as tf
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from mpconvert.errors import MpconvertError
 from mpconvert.onnx.checks import check, check_inputs, layer_of, reject_unconverted_ops  # noqa: F401 (layer_of: tests)
@@ -103,6 +104,7 @@ def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset:
         # nothing tells them apart and the checker reports any clash.
         if tf.float16 not in tf_dtypes:
             repairs.extend(retype_float16_as_bfloat16(proto))
+    _shape_outputs(proto)
     if io == "float16":
         repairs.extend(float16_io(proto))
     for repair in REPAIRS:
@@ -123,6 +125,19 @@ def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset:
         io=io,
         edges=edge_casts(proto),
     )
+
+
+def _shape_outputs(proto) -> None:
+    """Give graph outputs without a shape the one ONNX's shape inference finds (a table lookup's: TensorFlow
+    leaves it unknown, and the checker requires one)."""
+    missing = [o for o in proto.graph.output if not o.type.tensor_type.HasField("shape")]
+    if not missing:
+        return
+    inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(proto, strict_mode=False).graph.output}
+    for output in missing:
+        found = inferred.get(output.name)
+        if found is not None and found.type.tensor_type.HasField("shape"):
+            output.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
 
 
 def graph_to_onnx(
@@ -238,8 +253,9 @@ def _convert(model, specs, output_names, opset):
             hint="pass input specs matching the model's inputs",
         ) from exc
     graph_def = concrete.graph.as_graph_def()
+    tables = _lookup_tables(model)
 
-    proto, patched = _quietly(lambda: _from_concrete_function(concrete, opset), "the model", lean=True)
+    proto, patched = _quietly(lambda: _from_concrete_function(concrete, opset, tables), "the model", lean=True)
 
     # TF flattens a dict in key order; put outputs back in the model's order.
     by_name = {o.name: o for o in proto.graph.output}
@@ -251,7 +267,25 @@ def _convert(model, specs, output_names, opset):
     return proto, graph_dtypes(graph_def), patched
 
 
-def _from_concrete_function(concrete, opset):
+def _lookup_tables(model) -> dict[int, tuple]:
+    """The hash tables of a model's lookup layers (IntegerLookup, StringLookup): id(resource handle) -> (keys, values).
+
+    A traced function reaches a table through a captured resource handle,
+    which carries no contents; the contents go to tf2onnx by the name its
+    placeholder is given (`_from_concrete_function`).
+    """
+    found = {}
+    layers = model._flatten_layers(include_self=False) if hasattr(model, "_flatten_layers") else model.layers
+    for layer in layers:
+        table = getattr(layer, "lookup_table", None)
+        if table is None or not hasattr(table, "export"):
+            continue
+        keys, values = table.export()
+        found[id(table.resource_handle)] = (keys.numpy(), values.numpy(), table.resource_handle)
+    return found
+
+
+def _from_concrete_function(concrete, opset, tables=None):
     """tf2onnx.convert.from_function, minus two of its failures on Keras 3 models.
 
     * from_function lists every placeholder of the function as a graph input,
@@ -268,9 +302,22 @@ def _from_concrete_function(concrete, opset):
     """
     from tf2onnx import convert as tf2onnx_convert
     from tf2onnx import optimizer, tf_loader, tfonnx
+    from tf2onnx.tf_utils import HashTableInfo, replace_placeholders_with_tables
 
     captured = {id(t) for t in concrete.graph.internal_captures}
     input_names = [t.name for t in concrete.inputs if id(t) not in captured and t.dtype != tf.resource]
+    # Each lookup table's captured handle becomes a HashTableV2 with a shared name, its contents handed
+    # to tf2onnx as an initialized table: what tf2onnx's own SavedModel loader does for tables.
+    placeholders, initialized = {}, {}
+    for external, internal in concrete.graph.captures:
+        if id(external) in (tables or {}):
+            keys, values, _ = tables[id(external)]
+            shared = f"mpconvert_table_{len(initialized)}".encode()
+            key_type, value_type = tf.as_dtype(keys.dtype), tf.as_dtype(values.dtype)
+            placeholders[internal.op.name] = HashTableInfo(
+                shared, key_type.as_datatype_enum, value_type.as_datatype_enum
+            )
+            initialized[shared] = (keys, values)
     output_names = [t.name for t in concrete.outputs if t.dtype != tf.resource]
     renames = tf2onnx_convert.tensor_names_from_structed(concrete, input_names, output_names)
     with tf.device("/cpu:0"):
@@ -283,6 +330,7 @@ def _from_concrete_function(concrete, opset):
         # update (AssignVariableOp) that inference never runs.
         graph_def = tf_loader.fix_freezing_errors(graph_def)
         drop_xla_markers(graph_def)
+        replace_placeholders_with_tables(graph_def, placeholders)
         graph_def = tf_loader.fix_freezing_errors_part2(graph_def)
         with tf.Graph().as_default():  # grappler's meta-graph export refuses eager mode
             graph_def = tf_loader.tf_optimize(input_names, output_names, graph_def)
@@ -300,6 +348,8 @@ def _from_concrete_function(concrete, opset):
                     output_names=output_names,
                     tensors_to_rename=renames,
                     const_node_values=weights,
+                    initialized_tables=initialized,
+                    extra_opset=[helper.make_opsetid(ML_DOMAIN, ML_OPSET)] if initialized else None,
                 )
 
         # tf2onnx deep-copies the whole graph, weights included, before each
@@ -355,12 +405,14 @@ def _lean_tf2onnx():
 
 
 def _register_tf2onnx_handlers():
-    """Teach tf2onnx the TF ops it lacks that Keras models use (once).
+    """Teach tf2onnx the TF ops it lacks that Keras models use.
 
-    Only ops tf2onnx has no handler for at all, so a tf2onnx release that
-    adds one keeps its own.
+    Erfc only where tf2onnx has no handler, so a release that adds one keeps
+    its own. Bucketize (which tf2onnx 1.17 lacks) and LookupTableFindV2
+    (whose handler maps only string<->int64 tables, and needs their contents
+    from a SavedModel) always: the preprocessing layers' ops.
     """
-    from tf2onnx import utils
+    from tf2onnx import onnx_opset, utils  # noqa: F401 (onnx_opset: its handlers registered first, ours after)
     from tf2onnx.handler import tf_op
 
     known = {name for opsets in tf_op.get_opsets().values() for table in opsets for name in table}
@@ -388,6 +440,117 @@ def _register_tf2onnx_handlers():
                 ctx.replace_inputs(node, [one.output[0], erf.output[0]])
                 node.type = "Sub"
 
+    # Keras's preprocessing layers (mpconvert owns these mappings; tf2onnx 1.17 has none for Bucketize and
+    # maps only string<->int64 tables, through CategoryMapper).
+    @tf_op("Bucketize")
+    class _Bucketize:
+        @classmethod
+        def version_13(cls, ctx, node, **kwargs):
+            # Discretization: the bucket of x is how many boundaries are <= x (TF's rule: [b_i-1, b_i)).
+            boundaries = np.array(node.get_attr_value("boundaries"), dtype=np.float32)
+            x = node.input[0]
+            if ctx.get_dtype(x) != TensorProto.FLOAT:
+                x = ctx.make_node("Cast", [x], attr={"to": TensorProto.FLOAT}, op_name_scope=node.name).output[0]
+            axes = ctx.make_const(utils.make_name(node.name + "/axes"), np.array([-1], dtype=np.int64))
+            expanded = ctx.make_node("Unsqueeze", [x, axes.output[0]], op_name_scope=node.name).output[0]
+            bounds = ctx.make_const(utils.make_name(node.name + "/boundaries"), boundaries)
+            at_or_above = ctx.make_node("GreaterOrEqual", [expanded, bounds.output[0]], op_name_scope=node.name)
+            counted = ctx.make_node(
+                "Cast", [at_or_above.output[0]], attr={"to": TensorProto.INT32}, op_name_scope=node.name
+            )
+            shapes, dtypes = node.output_shapes, node.output_dtypes
+            ctx.remove_node(node.name)
+            ctx.make_node(
+                "ReduceSum",
+                [counted.output[0], axes.output[0]],
+                attr={"keepdims": 0},
+                name=node.name,
+                outputs=node.output,
+                shapes=shapes,
+                dtypes=dtypes,
+            )
+
+    @tf_op("DenseBincount")
+    class _DenseBincount:
+        @classmethod
+        def version_13(cls, ctx, node, **kwargs):
+            # CategoryEncoding's multi_hot and count: counts of each id per row, for an input of any rank
+            # (tf2onnx's own handler needs the rank known, and a lookup's output has none in TensorFlow).
+            values, size, weights = node.input
+            utils.make_sure(
+                0 in (ctx.get_shape(weights) or [0]), "DenseBincount %s with weights is not supported", node.name
+            )
+            ids = ctx.make_node("Cast", [values], attr={"to": TensorProto.INT64}, op_name_scope=node.name)
+            depth = ctx.make_node("Cast", [size], attr={"to": TensorProto.INT64}, op_name_scope=node.name)
+            off_on = ctx.make_const(utils.make_name(node.name + "/off_on"), np.array([0, 1], dtype=np.int64))
+            hot = ctx.make_node(
+                "OneHot", [ids.output[0], depth.output[0], off_on.output[0]], attr={"axis": -1}, op_name_scope=node.name
+            )
+            axes = ctx.make_const(utils.make_name(node.name + "/axes"), np.array([-2], dtype=np.int64))
+            binary = node.get_attr_value("binary_output", False)
+            # ReduceMax takes its axes as an input from opset 18 on; ReduceSum from 13.
+            reduced = ctx.make_node(
+                "ReduceSum", [hot.output[0], axes.output[0]], attr={"keepdims": 0}, op_name_scope=node.name
+            )
+            counted = reduced.output[0]
+            if binary:
+                one = ctx.make_const(utils.make_name(node.name + "/one"), np.array(1, dtype=np.int64))
+                counted = ctx.make_node("Min", [counted, one.output[0]], op_name_scope=node.name).output[0]
+            shapes, dtypes = node.output_shapes, node.output_dtypes
+            ctx.remove_node(node.name)
+            ctx.make_node(
+                "Cast",
+                [counted],
+                attr={"to": dtypes[0]},
+                name=node.name,
+                outputs=node.output,
+                shapes=shapes,
+                dtypes=dtypes,
+            )
+
+    @tf_op("LookupTableFindV2")
+    class _LookupTableFind:
+        @classmethod
+        def version_13(cls, ctx, node, initialized_tables=None, **kwargs):
+            # IntegerLookup (int64 -> int64) and StringLookup (string -> int64): ai.onnx.ml LabelEncoder
+            # with the table's keys and values and the lookup's default (the out-of-vocabulary index).
+            table = node.inputs[0]
+            while table.type == "Identity":
+                table = table.inputs[0]
+            shared = table.get_attr_value("shared_name")
+            utils.make_sure(
+                shared in (initialized_tables or {}),
+                "the contents of table %s (node %s) are unknown",
+                shared,
+                node.name,
+            )
+            keys, values = initialized_tables[shared]
+            default = node.inputs[2]
+            utils.make_sure(default.is_const(), "the default of table lookup %s is not a constant", node.name)
+            default_value = default.get_tensor_value()
+            keys, values = np.asarray(keys), np.asarray(values)
+            utils.make_sure(values.dtype.kind == "i", "lookup %s maps to %s, not integers", node.name, values.dtype)
+            attr = {"values_int64s": [int(v) for v in values], "default_int64": int(default_value)}
+            if keys.dtype.kind in ("S", "U", "O"):
+                attr["keys_strings"] = [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
+            else:
+                attr["keys_int64s"] = [int(k) for k in keys]
+            # Elementwise: the keys' shape (TensorFlow leaves a table lookup's output shape unknown).
+            shapes, dtypes = [ctx.get_shape(node.input[1])], node.output_dtypes
+            ctx.remove_node(node.name)
+            ctx.make_node(
+                "LabelEncoder",
+                [node.input[1]],
+                attr=attr,
+                domain=ML_DOMAIN,
+                name=node.name,
+                outputs=node.output,
+                shapes=shapes,
+                dtypes=dtypes,
+            )
+            if not ctx.find_output_consumers(table.output[0]):
+                ctx.remove_node(table.name)
+
 
 class _FromPackage(logging.Filter):
     """Drops log records emitted by code under one directory."""
@@ -413,6 +576,8 @@ def _unique(names):
 
 
 _TF2ONNX_LOCK = threading.Lock()
+# ai.onnx.ml's LabelEncoder maps int64 keys to int64 values from its version 2 on.
+ML_DOMAIN, ML_OPSET = "ai.onnx.ml", 2
 
 
 @contextlib.contextmanager

@@ -110,7 +110,12 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
         for art in report["artifacts"]:
             if art.get("failed"):  # the reason is in its parity check below
                 table.add_row(
-                    art["kind"], NOT_WRITTEN, "-", "[bold red]failed[/]", format_number(limits.get(art["kind"]), 6), "-"
+                    art["kind"],
+                    NOT_WRITTEN,
+                    "-",
+                    "not exportable" if art.get("exportable") is False else "[bold red]failed[/]",
+                    format_number(limits.get(art["kind"]), 6),
+                    "-",
                 )
                 continue
             table.add_row(
@@ -512,7 +517,8 @@ def markdown(report: dict) -> str:
             known = limits.get(art["kind"])
             limit = "n/a" if known is None else f"{known:.3g}"
             if art.get("failed"):
-                lines.append(row(f"{art['kind']} {NOT_WRITTEN}", "-", "❌ **failed**", limit, art["reason"]))
+                verdict = "not exportable" if art.get("exportable") is False else "❌ **failed**"
+                lines.append(row(f"{art['kind']} {NOT_WRITTEN}", "-", verdict, limit, art["reason"]))
                 continue
             lines.append(
                 row(f"{art['kind']} (`{art['path']}`)", format_bytes(art["bytes"]), diff, limit, art["runtime"])

@@ -58,6 +58,8 @@ class Artifact(Section):
     details: dict
     failed: bool = False  # writing or re-checking it raised an MpconvertError
     reason: str | None = None  # why it failed, with the fix
+    # False: the format cannot express the model (an ONNX file of a Hashing layer); refused, not failed.
+    exportable: bool = True
     # Several outputs: each judged on its own scale, by name.
     outputs: dict[str, ArtifactOutput] | None = None
     # The file's sha256, or a folder's digest over its files (digests.py), as written; None when it failed
