@@ -27,7 +27,7 @@ from .onnx.checks import NotExportable
 from .options import ArtifactKind
 from .runners.base import Runner, RunResult
 from .runners.litert import LiteRTRunner
-from .runners.onnx import OnnxRunner
+from .runners.onnx import EXTENDED, OnnxRunner
 from .runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
 from .sections import Artifact, ArtifactOutput
 from .sections.artifacts import ServedBatch, overall
@@ -81,7 +81,8 @@ def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequen
     for n in (0, 1, large_batch(rows)):
         take = np.arange(n) % len(rows[0])
         try:
-            got = runner.run([x[take] for x in rows]).outputs
+            result = runner.run([x[take] for x in rows])
+            got = result.outputs
         except Exception as exc:  # ONNX Runtime's, TensorFlow's and Keras's own errors alike
             served.append(ServedBatch(n, f"{type(exc).__name__}: {_cause(exc)}", None))
             continue
@@ -89,7 +90,8 @@ def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequen
         if wrong is not None:
             served.append(ServedBatch(n, f"returned an output of shape {tuple(wrong)} for {n} rows", None))
             continue
-        served.append(ServedBatch(n, None, max_abs_diff([e[take] for e in expected], got)))
+        note = result.runtime if EXTENDED in result.runtime else None
+        served.append(ServedBatch(n, None, max_abs_diff([e[take] for e in expected], got), note))
     return tuple(served)
 
 

@@ -418,7 +418,8 @@ def check_parity(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bo
     failing = [b for b in judged if not b["passed"]]
     sizes = ", ".join(str(b["rows"]) for b in judged)
     if not failing:
-        return Check(check.name, check.passed, f"{check.message}; serves {sizes} rows", values)
+        noted = "".join(f" ({b['rows']} rows: {b['note']})" for b in judged if b.get("note"))
+        return Check(check.name, check.passed, f"{check.message}; serves {sizes} rows{noted}", values)
     why = "; ".join(
         f"cannot serve {b['rows']} rows: "
         + (b["error"] or ("not finite" if b["max_abs_diff"] is None else f"max abs diff {b['max_abs_diff']:.3g}"))

@@ -38,6 +38,7 @@ class ServedBatch(Section):
     rows: int
     error: str | None  # why it could not serve this many rows, in one line; None when it did
     max_abs_diff: float | None  # against the converted model on the same rows; None after an error or when not finite
+    note: str | None = None  # it served with a runtime setting a server must use too (ORT_ENABLE_EXTENDED)
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> ServedBatch:
