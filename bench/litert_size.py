@@ -16,22 +16,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import keras  # noqa: E402
+from onnx_size import MODELS  # noqa: E402  (the same models as the ONNX size benchmark)
 
 from mpconvert.litert import write_litert  # noqa: E402
 from mpconvert.speed import read_cpu  # noqa: E402
-
-MODELS = {
-    "digits_cnn": lambda: keras.models.load_model(Path(__file__).parent.parent / "sample_models" / "digits_cnn.keras"),
-    "MobileNetV2": lambda: keras.applications.MobileNetV2(weights=None, input_shape=(96, 96, 3), classes=100),
-    "Dense4096x2": lambda: keras.Sequential(
-        [
-            keras.Input((784,)),
-            keras.layers.Dense(4096, activation="relu"),
-            keras.layers.Dense(4096, activation="relu"),
-            keras.layers.Dense(10, activation="softmax"),
-        ]
-    ),
-}
 
 
 def main() -> None:

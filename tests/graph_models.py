@@ -194,7 +194,8 @@ def majority_tokens(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(xs)[:rows], np.concatenate(ys)[:rows].astype(np.int64)
 
 
-def transformer(path, seed: int = 0):
+def attention_model(seed: int = 0):
+    """Embedding, MultiHeadAttention and LayerNormalization over token rows, trained briefly on `majority_tokens`."""
     import keras
 
     keras.utils.set_random_seed(seed)
@@ -207,7 +208,12 @@ def transformer(path, seed: int = 0):
     x, y = majority_tokens(1200, seed=5)
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
     model.fit(x, y, epochs=8, batch_size=64, verbose=0)
-    model.export(str(path), verbose=False)
+    return model
+
+
+def transformer(path, seed: int = 0):
+    """`attention_model` as a plain SavedModel (Keras's model.export)."""
+    attention_model(seed).export(str(path), verbose=False)
     return path
 
 
@@ -316,20 +322,8 @@ def batch_centered(path):
 
 
 def keras_attention(path, seed: int = 0):
-    """Embedding, MultiHeadAttention and LayerNormalization over token rows, saved as .keras."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    tokens = keras.Input((LENGTH,), dtype="int32")
-    embedded = keras.layers.Embedding(TOKENS, 16, name="emb")(tokens)
-    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8, name="mha")(embedded, embedded)
-    hidden = keras.layers.LayerNormalization(name="norm")(keras.layers.Add()([embedded, attended]))
-    pooled = keras.layers.GlobalAveragePooling1D()(hidden)
-    model = keras.Model(tokens, keras.layers.Dense(GROUPS, activation="softmax", name="head")(pooled))
-    x, y = majority_tokens(600, seed=5)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
-    model.fit(x, y, epochs=3, batch_size=64, verbose=0)
-    model.save(str(path))
+    """`attention_model` saved as .keras."""
+    attention_model(seed).save(str(path))
     return path
 
 
