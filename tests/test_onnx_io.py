@@ -55,6 +55,12 @@ def test_float16_inputs_and_outputs_run_within_parity_of_the_float32_file(tmp_pa
     # float16 rounding of the inputs and of outputs in [0, 1]: well inside the ONNX parity limit.
     assert np.abs(got.astype(np.float32) - want).max() <= half_artifact["max_abs_ref"] * 0.02
     assert half_artifact["batches"] and all(b["error"] is None for b in half_artifact["batches"])
+    # The schema describes the edges: a report that lost an input's casts or mistyped the opset is refused.
+    report = json.loads((half / "report.json").read_text())
+    onnx_details = next(a for a in report["artifacts"] if a["kind"] == "onnx")["details"]
+    del onnx_details["edges"]["inputs"]["features"]["cast_to"]
+    onnx_details["opset"] = "17"
+    assert len(problems(report, "report")) == 2
 
 
 def test_integer_inputs_stay_integer_with_float16_io(tmp_path):
