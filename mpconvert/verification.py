@@ -47,6 +47,7 @@ from .sections import Source
 from .sections.run import versions
 from .sections.speed import Latency
 from .signature import Signature
+from .speed.kernel_probe import ONEDNN_ENV, onednn_on
 from .speed.measure import serving_rows
 from .speed.timing import timed_ms
 from .stored import read_report, stored_thresholds
@@ -173,6 +174,7 @@ class Verification:
     chosen: tuple[str, ...]  # --artifacts
     versions: dict[str, dict[str, str | None]]  # package -> {"converted", "here"}, only those that differ
     machine: dict[str, Any]  # {"converted": ..., "here": ...}
+    notes: tuple[str, ...] = ()  # what a server here must do that the figures alone do not say
 
     @property
     def checks(self) -> list[dict]:
@@ -217,6 +219,7 @@ class Verification:
             "artifacts_chosen": list(self.chosen),
             "versions": self.versions,
             "machine": self.machine,
+            "notes": list(self.notes),
         }
 
 
@@ -307,6 +310,21 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
             "converted": (stored.get("provenance") or {}).get("machine"),
             "here": _machine(),
         },
+        notes=_notes(stored),
+    )
+
+
+def _notes(stored: Mapping[str, Any]) -> tuple[str, ...]:
+    """The conversion found a broken 16-bit kernel under oneDNN's rewrites, and they are on in this process."""
+    found = (stored.get("slow_kernel") or {}).get("found")
+    if not found or not onednn_on():
+        return ()
+    slower = found.get("slower")
+    figure = f"{slower:g}x float32's time" if isinstance(slower, (int, float)) else "far slower than float32"
+    return (
+        f"the conversion measured {stored['policy']} at {figure} with TensorFlow's oneDNN rewrites on "
+        f"(report.json slow_kernel), and they are on here ({ONEDNN_ENV} is not 0): on such a CPU, serve with "
+        f"{ONEDNN_ENV}=0",
     )
 
 

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import pytest
 import tiny_models
-from conftest import invoke
+from conftest import SAMPLES, invoke
 
 import mpconvert
 from mpconvert.runners.onnx import cuda_usable
@@ -253,3 +253,17 @@ def test_a_folder_whose_conversion_failed_its_gate_is_not_fit_to_deploy(folder, 
     assert code == 3 and all(f["passed"] for f in found["files"]) and all(a["passed"] for a in found["artifacts"])
     gate = checks(found)["conversion gate"]
     assert not gate["passed"] and "accuracy" in gate["message"] and "not fit to deploy" in gate["message"]
+
+
+def test_a_broken_kernel_the_conversion_found_is_named_where_onednn_is_on(tmp_path, monkeypatch):
+    # A threshold under any real ratio makes the guard report a finding; in-process it cannot restart.
+    monkeypatch.setenv("MPCONVERT_SLOW_KERNEL_RATIO", "0.0001")
+    data = SAMPLES / "data" / "breast_cancer.npz"
+    out = convert(SAMPLES / "cancer_mlp.keras", data, tmp_path / "out", "--finetune-steps", "0", "--no-speed")
+    assert json.loads((out / "report.json").read_text())["slow_kernel"]["found"] is not None
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    code, found = verified(out, "--artifacts", "onnx")
+    assert code == 0 and len(found["notes"]) == 1
+    assert "oneDNN rewrites on" in found["notes"][0] and "serve with TF_ENABLE_ONEDNN_OPTS=0" in found["notes"][0]
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert verified(out, "--artifacts", "onnx")[1]["notes"] == []

@@ -241,7 +241,8 @@ def output_flags(what: str = "report"):
         click.option(
             "--junit",
             type=LocalPath(dir_okay=False),
-            help="Write a JUnit XML file, one test case per " + ("check." if what == "report" else "model and policy."),
+            help="Write a JUnit XML file, one test case per "
+            + ("check." if what in ("report", "verification") else "model and policy."),
         ),
         click.option("--summary", metavar="FILE|-", help="Write a Markdown summary (for a CI job page); - for stdout."),
         click.option(

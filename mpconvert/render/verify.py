@@ -62,6 +62,8 @@ def render_verify(document: dict, stream: IO[str] | None = None, path: Any = Non
                 f"  {artifact['kind']}: {escape(_latency(artifact))}; memory {_memory(artifact)}; "
                 f"drift from float32 {escape(_drift(artifact))}"
             )
+        for note in one.get("notes") or []:
+            console.print(f"  note: {escape(note)}")
         provider = one["provider"]
         if provider.get("note"):
             console.print(f"  provider: {escape(provider['note'])}")
