@@ -268,6 +268,14 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
             "from before `verify`",
             hint="convert the model again with this mpconvert, then verify its folder",
         )
+    if not recorded:
+        # model.keras comes with the SavedModel export, which --artifacts names.
+        kinds = {ArtifactKind.SAVEDMODEL if a["kind"] == ArtifactKind.KERAS else a["kind"] for a in written}
+        chosen, present = ",".join(options.artifacts), ",".join(sorted(kinds))
+        raise MpconvertError(
+            f"{folder} has none of the artifacts asked for ({chosen}): it holds {present}",
+            hint=f"verify what the conversion wrote (--artifacts {present}), or convert with --export {chosen}",
+        )
     files = [_file_check(folder, a["path"], a["kind"], a["sha256"]) for a in recorded]
     golden_file = _file_check(folder, golden["path"], "golden rows", golden["sha256"])
     source = Source.from_json(stored["source"])

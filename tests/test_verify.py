@@ -181,6 +181,10 @@ def test_a_report_from_before_verify_is_refused_with_the_fix(folder, tmp_path):
     assert "records no golden rows or artifact hashes" in result.output and "convert the model again" in result.output
     missing = invoke("verify", tmp_path / "nowhere")
     assert missing.exit_code == 1 and "nowhere not found" in missing.output
+    # Nothing to verify is not a pass: the folder has no .tflite.
+    absent = invoke("verify", folder, "--artifacts", "litert")
+    assert absent.exit_code == 1 and "has none of the artifacts asked for (litert)" in absent.output
+    assert "it holds onnx,savedmodel" in absent.output and "--artifacts onnx,savedmodel" in absent.output
 
 
 def test_dict_inputs_and_outputs_verify(tmp_path):
