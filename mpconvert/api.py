@@ -302,6 +302,7 @@ def replay(
     force: bool = False,
     on_stage: Callable[[str], None] | None = None,
     command: tuple[str, ...] | None = None,
+    may_restart: bool = False,
 ) -> Replay:
     """Convert again from what `report` (a report.json or its folder) recorded, into `out`, and compare.
 
@@ -309,7 +310,9 @@ def replay(
     sha256), else MpconvertError. `out` defaults to the report's folder
     name plus `_replay`, beside it; an existing non-empty folder needs
     `force`. `command` is recorded as the replay's command line (the CLI
-    passes its own).
+    passes its own). `may_restart`: the command line may re-run itself with
+    oneDNN's rewrites off where the slow-kernel guard finds a broken kernel,
+    as the conversion it replays did (a Python process cannot).
     """
     from .comparison import compared
     from .pipeline import convert_and_save
@@ -322,7 +325,8 @@ def replay(
     folder = path.absolute().parent
     target = out if out is not None else folder.parent / f"{folder.name}_replay"
     save = SaveOptions(target, export, force, command=command)
-    new, written = convert_and_save(options, save, _hooks(on_stage, None))
+    hooks = dataclasses.replace(_hooks(on_stage, None), may_restart=may_restart)
+    new, written = convert_and_save(options, save, hooks)
     again = new.to_json()
     return Replay(path, written, again, compared(stored, again), new.exit_code)
 

@@ -136,3 +136,29 @@ def test_the_in_run_guard_judges_at_the_serving_batch(tmp_path, monkeypatch):
     conversion = mpconvert.convert(tiny_models.mlp(keras), "mixed_float16", pad_multiple=0, speed=False)
     found = conversion.report["slow_kernel"]["found"]
     assert (found["rows"], found["what"]) == (256, "the model, one batch of 256 rows")
+
+
+def test_a_replay_restarts_as_the_conversion_it_replays_did(tmp_path):
+    # Fine-tuning computes otherwise with oneDNN's rewrites on: a replay that stayed in-process on a machine
+    # where the conversion restarted would not reproduce its loss history.
+    env = {THRESHOLD_ENV: "0.0001"}
+    data = CANCER.parent / "data" / "breast_cancer.npz"
+    args = [
+        "--policy",
+        "mixed_float16",
+        "--data",
+        data,
+        "--finetune-steps",
+        "5",
+        "--no-speed",
+        "--export",
+        "savedmodel",
+    ]
+    assert run_cli(CANCER, *args, "--out", tmp_path / "out", env=env).returncode == 0
+    done = run_cli("replay", tmp_path / "out", "--out", tmp_path / "again", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "running again with TF_ENABLE_ONEDNN_OPTS=0" in done.stderr
+    again = json.loads((tmp_path / "again" / "report.json").read_text())
+    before = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert again["slow_kernel"]["done"].startswith("restarted with TF_ENABLE_ONEDNN_OPTS=0")
+    assert again["finetune"]["history"] == before["finetune"]["history"]

@@ -244,7 +244,14 @@ def replay_command(report_file, out, force, as_json, quiet, debug):
         from ..render.replay import render_replay
 
         with LiveDisplay(quiet or as_json) as display:
-            result = replay(report_file, out, force=force, on_stage=display.hooks().stage, command=command_line())
+            result = replay(
+                report_file,
+                out,
+                force=force,
+                on_stage=display.hooks().stage,
+                command=command_line(),
+                may_restart=restart_allowed(),
+            )
         if as_json:
             click.echo(
                 json.dumps(
