@@ -218,7 +218,7 @@ def test_batch_flags_are_derived_from_the_batch_options_declarations():
     from mpconvert.batch.options import BATCH_KEYWORDS, BatchOptions
     from mpconvert.cli.batch import batch_command
 
-    assert set(BATCH_KEYWORDS) == {"baseline", "max_regression"}
+    assert set(BATCH_KEYWORDS) == {"baseline", "max_regression", "executor", "ray_address"}
     params = {p.name: p for p in batch_command.params}
     for name, spec in BATCH_KEYWORDS.items():
         assert params[name].opts == [spec.cli_flag], name

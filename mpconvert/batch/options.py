@@ -9,7 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import MpconvertError
 from ..keywords import Keyword, check_ranges, keyword, table
+
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -29,9 +32,22 @@ class BatchOptions:
         help="An earlier batch.json (or its root): fail a model whose metric got worse than there.",
     )
     max_regression: float = keyword(0.0, kind="float", minimum=0, help="Largest allowed worsening against --baseline.")
+    executor: str = keyword(
+        "local",
+        choices=EXECUTORS,
+        help="Where the jobs run: local worker processes, or Ray tasks (a cluster at --ray-address or "
+        "RAY_ADDRESS, else a local Ray; needs mpconvert[ray]).",
+    )
+    ray_address: str | None = keyword(
+        None,
+        default_text="RAY_ADDRESS, else a local Ray",
+        help="The Ray cluster for --executor ray: HOST:PORT of its head node, or ray://HOST:PORT (Ray Client).",
+    )
 
     def __post_init__(self) -> None:
         check_ranges(self)
+        if self.ray_address and self.executor != "ray":
+            raise MpconvertError("--ray-address goes with --executor ray", hint="add --executor ray, or drop it")
 
 
 # `batch`'s flags that are declared on BatchOptions; they take the place of the gate's flags of the same names.

@@ -153,6 +153,7 @@ def finish(
         "shard_source": options.shard_source,
         "finished": finished,
         "jobs": workers,
+        "executor": options.executor,
         "models": items,
         "totals": totals(items, elapsed),
         "exit_code": exit_code(items),

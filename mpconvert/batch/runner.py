@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .. import interrupts
 from ..errors import MpconvertError
@@ -93,11 +94,81 @@ def _refuse_existing(store: Root, jobs: list[Job]) -> None:
         )
 
 
+class Task(Protocol):
+    """A started job as the runner sees it: an exit code once it has ended (negative: killed by that signal)."""
+
+    def poll(self) -> int | None: ...
+    def kill(self) -> None: ...
+    def terminate(self) -> None: ...  # stop, letting the worker clean up
+    def wait(self, timeout: float | None = None) -> int | None: ...  # subprocess.TimeoutExpired when still running
+
+
+class Executor(Protocol):
+    def slots(self) -> int: ...  # jobs at a time when --jobs is not given
+    def start(self, spec: dict, out: Path, result: Path, log: Path) -> Task: ...
+    def close(self) -> None: ...
+
+
+class _Process:
+    """A local worker process, in a process group of its own (its children go with it)."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def _signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, sig)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.process.wait(timeout=timeout)
+
+
+class LocalExecutor:
+    """Each job a worker process on this machine."""
+
+    def slots(self) -> int:
+        return default_jobs()
+
+    def start(self, spec: dict, out: Path, result: Path, log: Path) -> Task:
+        spec_path = result.with_name(result.name.removesuffix(".result.json") + ".spec.json")
+        spec_path.write_text(json.dumps(spec))
+        with log.open("w") as handle:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "mpconvert.batch.worker", str(spec_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=handle,
+                stderr=handle,
+                start_new_session=True,
+            )
+        return _Process(process)
+
+    def close(self) -> None:
+        pass
+
+
+def executor_for(options: BatchOptions) -> Executor:
+    if options.executor == "ray":
+        from .ray_executor import RayExecutor
+
+        return RayExecutor(options.ray_address)
+    return LocalExecutor()
+
+
 @dataclass
 class _Running:
     job: Job
     key: str
-    process: subprocess.Popen
+    task: Task
     result: Path
     log: Path
     started: float
@@ -119,8 +190,15 @@ class BatchRun:
 
 
 class _Runner:
-    def __init__(self, store: Root, options: BatchOptions, on_event: Callable[[str, Job, dict | None], None]):
+    def __init__(
+        self,
+        store: Root,
+        options: BatchOptions,
+        executor: Executor,
+        on_event: Callable[[str, Job, dict | None], None],
+    ):
         self.store = store
+        self.executor = executor
         root = store.local
         self.root = root
         self.options = options
@@ -140,24 +218,16 @@ class _Runner:
         }
         # Not with_suffix: a model name may hold dots ("resnet.v2").
         stem = str(self.work / job.folder.replace("/", "__"))
-        spec["result"] = stem + ".result.json"
-        Path(stem + ".spec.json").write_text(json.dumps(spec))
-        log = Path(stem + ".log")
-        with log.open("w") as handle:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "mpconvert.batch.worker", stem + ".spec.json"],
-                stdin=subprocess.DEVNULL,
-                stdout=handle,
-                stderr=handle,
-                start_new_session=True,
-            )
-        self.running.append(_Running(job, key, process, Path(spec["result"]), log, time.monotonic()))
+        result, log = Path(stem + ".result.json"), Path(stem + ".log")
+        spec["result"] = str(result)
+        task = self.executor.start(spec, self.root / job.folder, result, log)
+        self.running.append(_Running(job, key, task, result, log, time.monotonic()))
         self.on_event("started", job, None)
 
     def poll(self) -> None:
         for run in list(self.running):
             elapsed = time.monotonic() - run.started
-            code = run.process.poll()
+            code = run.task.poll()
             if code is None and self.options.timeout and elapsed > self.options.timeout:
                 self._kill(run)
                 self._done(
@@ -186,12 +256,8 @@ class _Runner:
         report = json.loads((self.root / run.job.folder / "report.json").read_text())
         return entry(run.job, run.key, report, result["status"], result["message"], result["seconds"])
 
-    def _kill(self, run: _Running, sig: int = signal.SIGKILL) -> None:
-        try:
-            os.killpg(run.process.pid, sig)
-        except ProcessLookupError:
-            pass
-        run.process.wait()
+    def _kill(self, run: _Running) -> None:
+        run.task.kill()
         clear_dead_run(self.root / run.job.folder)
 
     def _done(self, run: _Running, item: dict) -> None:
@@ -204,14 +270,11 @@ class _Runner:
     def stop_all(self) -> None:
         """Stop the workers: SIGTERM so they clean up, then SIGKILL for the slow."""
         for run in self.running:
-            try:
-                os.killpg(run.process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            run.task.terminate()
         deadline = time.monotonic() + 30
         for run in list(self.running):
             try:
-                run.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                run.task.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self._kill(run)
             clear_dead_run(self.root / run.job.folder)
@@ -248,8 +311,13 @@ def run_batch(
         jobs = shard_of(jobs, *options.shard)
     baseline = read_batch(options.baseline) if options.baseline else None
     try:
-        with claimed_root(store.local, options.shard):
-            summary = _run_claimed(store, jobs, options, on_event, baseline)
+        # A cluster that does not answer fails here, before the root is touched.
+        executor = executor_for(options)
+        try:
+            with claimed_root(store.local, options.shard):
+                summary = _run_claimed(store, jobs, options, executor, on_event, baseline)
+        finally:
+            executor.close()
     finally:
         store.close([job.folder for job in jobs])
     if not options.shard:
@@ -260,7 +328,7 @@ def run_batch(
 
 
 def _run_claimed(
-    store: Root, jobs: list[Job], options: BatchOptions, on_event: Callable, baseline: dict | None
+    store: Root, jobs: list[Job], options: BatchOptions, executor: Executor, on_event: Callable, baseline: dict | None
 ) -> dict:
     root = store.local
     with writing(root, "the batch root"):
@@ -268,7 +336,7 @@ def _run_claimed(
     store.fetch_results([job.folder for job in jobs])
     if not options.resume and not options.force:
         _refuse_existing(store, jobs)
-    runner = _Runner(store, options, on_event)
+    runner = _Runner(store, options, executor, on_event)
     shutil.rmtree(runner.work, ignore_errors=True)
     with writing(runner.work, "the batch's work folder"):
         runner.work.mkdir()
@@ -283,7 +351,7 @@ def _run_claimed(
             on_event("reused", job, item)
         else:
             pending.append((job, key))
-    workers = options.jobs or default_jobs()
+    workers = options.jobs or executor.slots()
     name = shard_summary_name(*options.shard) if options.shard else BATCH_NAME
 
     def record(finished: bool = False) -> dict:
