@@ -261,3 +261,43 @@ def test_the_kuberay_recipe_runs_a_ray_batch_from_its_entrypoint():
     mounts = [c["volumeMounts"] for g in [head, *workers] for c in g["template"]["spec"]["containers"]]
     # Every node reads the models at the manifest's paths.
     assert all({"name": "zoo", "mountPath": "/zoo", "readOnly": True} in m for m in mounts)
+
+
+def test_a_ray_task_that_runs_too_long_is_cancelled_and_its_conversion_stopped(cluster, zoo):
+    address, env = cluster
+    # A custom-layer module that never returns: the conversion can only end by the timeout.
+    (zoo / "never_returns.py").write_text("import threading\nthreading.Event().wait()\n")
+    (zoo / "stuck.toml").write_text(
+        '[defaults]\nimports = ["never_returns"]\n[[model]]\npath = "models/cancer_mlp.keras"\npolicy = "mixed_float16"\n'
+    )
+    out = zoo / "stuck_out"
+    proc = subprocess.run(
+        [console_script(), "batch", "stuck.toml", "--out", out, "--executor", "ray", "--ray-address", address]
+        + ["--timeout", "3", "--json"],
+        cwd=zoo,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert proc.returncode == 1, proc.stderr
+    [model] = json.loads(proc.stdout)["models"]
+    assert (model["status"], model["message"]) == ("timed_out", "no result after 3 s (--timeout)")
+    assert not (out / "cancer_mlp").exists()
+    # Cancelling the task killed its Ray worker, and the conversion died with it. (Parent-death
+    # signals act at once; the deadline only keeps a broken build from hanging.)
+    deadline = time.monotonic() + 60
+    while [c for c in conversions() if "never_returns" in c[2]["options"].get("imports", [])]:
+        assert time.monotonic() < deadline, "the stuck conversion outlived its cancelled task"
+        time.sleep(0.05)
+
+
+def test_without_ray_installed_the_ray_executor_names_the_extra(zoo, monkeypatch):
+    from click.testing import CliRunner
+
+    from mpconvert.cli import cli
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # what `import ray` meets where it is not installed
+    result = CliRunner().invoke(cli, ["batch", str(zoo / "zoo.toml"), "--out", str(zoo / "y"), "--executor", "ray"])
+    assert result.exit_code == 1
+    assert "pip install 'mpconvert[ray]'" in result.stderr
+    assert not (zoo / "y").exists()

@@ -45,7 +45,9 @@ def convert_remotely(spec: dict) -> dict:
     """One job inside a Ray task: the batch worker in a child process, its result folder packed up.
 
     The child is a fresh process (one TensorFlow runtime per conversion, as
-    with the local executor), and it dies with this task's process.
+    with the local executor), and it dies with this task's process. It runs
+    in the batch's working folder where the node has it, as a local worker
+    does, so that `--import` finds the same modules.
     """
     with tempfile.TemporaryDirectory(prefix="mpconvert-ray-") as tmp:
         work = Path(tmp)
@@ -56,9 +58,11 @@ def convert_remotely(spec: dict) -> dict:
             "parent": os.getpid(),
         }
         (work / "spec.json").write_text(json.dumps(spec))
+        cwd = spec["cwd"] if Path(spec["cwd"]).is_dir() else tmp
         with (work / "log").open("w") as log:
             code = subprocess.run(
                 [sys.executable, "-m", "mpconvert.batch.worker", str(work / "spec.json")],
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -200,7 +204,7 @@ class RayExecutor:
         return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
 
     def start(self, spec: dict, out: Path, result: Path, log: Path) -> RayTask:
-        return RayTask(self, self.remote.remote(spec), out, result, log)
+        return RayTask(self, self.remote.remote({**spec, "cwd": os.getcwd()}), out, result, log)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
