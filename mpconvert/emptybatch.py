@@ -9,6 +9,13 @@ empty batches. The written SavedModels branch on the batch size, and every
 artifact's check at 0 rows holds the empty branch to the model's output
 shapes and dtypes. Where an output has a dimension other than the batch
 that is not fixed, there is no shape to answer with, and no guard.
+
+The LiteRT file cannot take that branch: the interpreter's If over an
+empty constant fails ("Invalid tensor size"), and an unrolled recurrent
+layer's UNPACK refuses a batch of 0 rows ("NumElements(input) > 0 was
+not true"). Its function pads instead, without a branch: an empty request
+runs on one row of zeros, and the outputs are cut back to the rows asked
+for (`padded`); a request with rows runs as it is.
 """
 
 from __future__ import annotations
@@ -32,5 +39,21 @@ def guarded(serve: Callable[..., dict], names: Sequence[str], outputs: Sequence[
             return {name: tf.zeros((0, *shape), spec.dtype) for name, shape, spec in zip(names, shapes, outputs)}
 
         return tf.cond(tf.shape(inputs[0])[0] > 0, lambda: serve(*inputs), empty)
+
+    return serve_any_batch
+
+
+def padded(serve: Callable[..., dict]) -> Callable[..., dict]:
+    """`serve(*inputs) -> {name: tensor}` with an empty batch run on one row of zeros, then cut to 0 rows."""
+
+    def serve_any_batch(*inputs: Any) -> dict:
+        import tensorflow as tf
+
+        rows = tf.shape(inputs[0])[0]
+        missing = tf.maximum(1 - rows, 0)  # 1 for an empty request, else 0: no branch
+        filled = [
+            tf.concat([x, tf.zeros(tf.concat([[missing], tf.shape(x)[1:]], 0), x.dtype)], 0) for x in inputs
+        ]
+        return {name: tensor[:rows] for name, tensor in serve(*filled).items()}
 
     return serve_any_batch

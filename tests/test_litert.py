@@ -16,7 +16,7 @@ import pytest
 from conftest import SAMPLES, invoke
 
 from mpconvert.litert import write_litert
-from mpconvert.runners.litert import LiteRTRunner
+from mpconvert.runners.litert import LiteRTRunner, interpreter_class
 from mpconvert.schema import problems
 from mpconvert.signature import Signature, TensorSpec
 
@@ -78,19 +78,30 @@ def test_the_tflite_file_runs_within_parity_with_float16_weights(tmp_path, name,
     assert dtypes.get("float16", 0) > 0 and dtypes.get("float32", 0) > 0
 
 
-def test_an_lstm_converts_unrolled_and_its_file_names_the_empty_batch_it_cannot_take(tmp_path):
-    code, report, out = convert(tmp_path, "lstm", "mixed_float16")
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_an_lstm_converts_unrolled_and_serves_an_empty_request_padded(tmp_path, policy):
+    code, report, out = convert(tmp_path, "lstm", policy)
+    assert code == 0, [c["message"] for c in report["gate"]["checks"] if not c["passed"]]
     artifact = litert_of(report)
     parity = next(c for c in report["gate"]["checks"] if c["name"] == "artifact parity: litert")
-    # On the validation rows, one row and 4096 rows it agrees with the converted model...
-    assert artifact["max_abs_diff"] <= parity["values"]["limit"]
-    served = {b["rows"]: b for b in artifact["batches"]}
-    assert served[1]["error"] is None and served[4096]["error"] is None
-    # ...but LiteRT's UNPACK of the unrolled sequence needs elements: an empty request fails, and is named.
-    assert "UNPACK" in served[0]["error"] and not parity["passed"] and code == 3
-    assert "cannot serve 0 rows" in parity["message"]
-    others = [c for c in report["gate"]["checks"] if not c["passed"]]
-    assert [c["name"] for c in others] == ["artifact parity: litert"]
+    assert parity["passed"] and artifact["max_abs_diff"] <= parity["values"]["limit"]
+    # LiteRT's UNPACK of the unrolled sequence refuses 0 rows: the file pads an empty request with a row
+    # of zeros and cuts it away, so every size is served, each compared with the converted model.
+    assert [(b["rows"], b["error"]) for b in artifact["batches"]] == [(0, None), (1, None), (4096, None)]
+    assert "one row of zeros" in artifact["details"]["what"]
+    # The interpreter itself, as a serving process would call the file.
+    serving = interpreter_class()(model_path=str(out / "model.tflite")).get_signature_runner()
+    [name] = serving.get_input_details()
+    [key] = serving.get_output_details()
+    tokens = np.load(tmp_path / "tokens.npz", allow_pickle=False)["x"].astype(np.int32)
+
+    def run(x):
+        return serving(**{name: x})[key]
+
+    assert run(tokens[:0]).shape == (0, *run(tokens[:1]).shape[1:]) == (0, 3)
+    # A padded row never leaks into a real one: each row alone is what it is in a batch of 5.
+    alone = np.concatenate([run(tokens[i : i + 1]) for i in range(5)])
+    np.testing.assert_allclose(alone, run(tokens[:5]), rtol=1e-5, atol=1e-6)
 
 
 def test_float16_weights_halve_a_weight_heavy_file(tmp_path):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..emptybatch import guarded
+from ..emptybatch import guarded, padded
 from ..errors import MpconvertError
 from ..load import newer_version
 from ..runners.graphdef import GraphDefRunner
@@ -69,12 +69,11 @@ class FrozenGraph:
         result = self.source(**{spec.name: tf.constant(x) for spec, x in zip(self.inputs, rows)})
         return [np.asarray(result[spec.name], dtype=np.float32) for spec in self.outputs]
 
-    def save(self, path: Path, guard_empty: bool = True) -> None:
+    def save(self, path: Path, empty: str = "branch") -> None:
         """A SavedModel whose `signature_name` takes and returns what the original's did, by name.
 
-        An empty request gets empty outputs without running the graph (emptybatch.py);
-        `guard_empty=False` leaves that branch out (for the LiteRT converter, whose If of an empty
-        constant fails at run time: "Invalid tensor size").
+        An empty request gets empty outputs without running the graph (emptybatch.py); with
+        `empty="pad"` (for the LiteRT converter, which cannot take that branch) it runs on one row of zeros.
         """
         import tensorflow as tf
 
@@ -87,8 +86,8 @@ class FrozenGraph:
         def serve(*args):
             return dict(zip(keys, module.graph(*args)))
 
-        if guard_empty and all(spec.shape[:1] == (None,) for spec in self.inputs):
-            serve = guarded(serve, keys, self.outputs)
+        if all(spec.shape[:1] == (None,) for spec in self.inputs):
+            serve = padded(serve) if empty == "pad" else guarded(serve, keys, self.outputs)
 
         # The signature's keyword names are the arguments' names: give the function those.
         serve.__signature__ = _named_signature(names)  # type: ignore[attr-defined]

@@ -209,7 +209,7 @@ class FrozenKind(ModelKind):
             def litert_file(path: Path):
                 # A graph-level conversion neither fine-tunes nor pads: the float32 original holds its weights.
                 with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
-                    self.original.save(Path(tmp) / "float32", guard_empty=False)
+                    self.original.save(Path(tmp) / "float32", empty="pad")
                     written = write_litert(Path(tmp) / "float32", path)
                 return litert_parity(written, rows, expected, model.signature)
 

@@ -29,7 +29,7 @@ from ..artifacts import (
 )
 from ..configs import model_class, model_config
 from ..context import Context
-from ..emptybatch import guarded
+from ..emptybatch import guarded, padded
 from ..errors import MpconvertError
 from ..finetune import Finetune, StepCallback, finetune
 from ..formats import ModelFormat
@@ -181,7 +181,7 @@ class KerasKind(ModelKind):
                         hint="give recurrent layers a fixed sequence length, or --export savedmodel,onnx",
                     ) from None
                 with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
-                    write_savedmodel(float32, self.framework, signature, Path(tmp) / "float32", guard_empty=False)
+                    write_savedmodel(float32, self.framework, signature, Path(tmp) / "float32", empty="pad")
                     written = write_litert(Path(tmp) / "float32", path)
                 return litert_parity(written, rows, expected, signature)
 
@@ -208,12 +208,14 @@ class KerasKind(ModelKind):
 
 
 def write_savedmodel(
-    model: Any, framework: Framework, signature: Signature, path: Path, guard_empty: bool = True
+    model: Any, framework: Framework, signature: Signature, path: Path, empty: str = "branch"
 ) -> None:
-    # Its serving signature answers an empty request without running 16-bit kernels that fail on it;
-    # not for the LiteRT converter, whose If of an empty constant fails at run time ("Invalid tensor size").
+    """`empty`: how the serving signature takes an empty request (emptybatch.py): "branch" answers it
+    without running 16-bit kernels that fail on it; "pad" runs it on one row of zeros, for LiteRT."""
     serve = serving_fn(model, signature)
-    if guard_empty:
+    if empty == "pad":
+        serve = padded(serve)
+    else:
         serve = guarded(serve, [spec.name for spec in signature.outputs], signature.outputs)
     if framework.is_keras3:
         archive = framework.module.export.ExportArchive()
