@@ -51,9 +51,7 @@ def padded(serve: Callable[..., dict]) -> Callable[..., dict]:
 
         rows = tf.shape(inputs[0])[0]
         missing = tf.maximum(1 - rows, 0)  # 1 for an empty request, else 0: no branch
-        filled = [
-            tf.concat([x, tf.zeros(tf.concat([[missing], tf.shape(x)[1:]], 0), x.dtype)], 0) for x in inputs
-        ]
+        filled = [tf.concat([x, tf.zeros(tf.concat([[missing], tf.shape(x)[1:]], 0), x.dtype)], 0) for x in inputs]
         return {name: tensor[:rows] for name, tensor in serve(*filled).items()}
 
     return serve_any_batch

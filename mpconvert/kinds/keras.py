@@ -207,9 +207,7 @@ class KerasKind(ModelKind):
         return int(weights * copies) + OVERHEAD
 
 
-def write_savedmodel(
-    model: Any, framework: Framework, signature: Signature, path: Path, empty: str = "branch"
-) -> None:
+def write_savedmodel(model: Any, framework: Framework, signature: Signature, path: Path, empty: str = "branch") -> None:
     """`empty`: how the serving signature takes an empty request (emptybatch.py): "branch" answers it
     without running 16-bit kernels that fail on it; "pad" runs it on one row of zeros, for LiteRT."""
     serve = serving_fn(model, signature)
