@@ -11,15 +11,28 @@ decides.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
+from .check import (
+    ACCURACY,
+    AGREEMENT,
+    BASELINE,
+    DRIFT,
+    FINETUNE_HEALTH,
+    OVERLAP,
+    PADDING,
+    POLICY_REWRITE,
+    SPEED,
+    SPEED_PATHS_JUDGED,
+    Check,
+)
 from .consistency import CONSISTENCY, Consistency
 from .data import Overlap
 from .formats import INPUT_LAYER, units_of
+from .parity import check_parity
 from .sections import (
     Artifact,
-    ArtifactOutput,
     Finetune,
     Layer,
     OutputValidation,
@@ -46,28 +59,6 @@ from .validate import within
 #   of those while still failing an export that computes something else
 #   (O(1) on probabilities).
 # The values live in each Precision's parity_rtol.
-
-POLICY_REWRITE = "policy rewrite"
-FINETUNE_HEALTH = "fine-tune health"
-ACCURACY = "accuracy gate"
-AGREEMENT = "agreement"
-PADDING = "padding proof"
-PARITY = "artifact parity"  # one per artifact: "artifact parity: onnx"
-BASELINE = "baseline regression"
-SPEED = "speed"
-DRIFT = "drift"  # one per unlabelled output of a multi-output model: "drift: boxes"
-OVERLAP = "validation independent of training"
-# The speed check judges the SavedModel serving path when it was timed (what
-# a deployment runs), else the Keras call.
-SPEED_PATHS_JUDGED = ("savedmodel", "keras")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    passed: bool
-    message: str  # one line with the numbers, e.g. "accuracy 0.9620 -> 0.9480, drop 0.0140 > max 0.0050"
-    values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -402,89 +393,6 @@ def _padding(padding: PaddingReport) -> Check:
         )
         return Check(PADDING, True, message, values)
     return Check(PADDING, False, f"{reason} (max abs diff {diff_text})", values)
-
-
-def check_parity(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
-    """The artifact against the converted model on the validation rows, and at the batch sizes it was run at."""
-    check = _parity_on_rows(artifact, thresholds, keras_nonfinite)
-    limit = check.values["limit"]
-    if artifact.failed or not artifact.batches or limit is None:
-        return check
-    judged = [
-        {**b.to_json(), "passed": b.error is None and b.max_abs_diff is not None and within(b.max_abs_diff, limit)}
-        for b in artifact.batches
-    ]
-    values = {**check.values, "batches": judged}
-    failing = [b for b in judged if not b["passed"]]
-    sizes = ", ".join(str(b["rows"]) for b in judged)
-    if not failing:
-        noted = "".join(f" ({b['rows']} rows: {b['note']})" for b in judged if b.get("note"))
-        return Check(check.name, check.passed, f"{check.message}; serves {sizes} rows{noted}", values)
-    why = "; ".join(
-        f"cannot serve {b['rows']} rows: "
-        + (b["error"] or ("not finite" if b["max_abs_diff"] is None else f"max abs diff {b['max_abs_diff']:.3g}"))
-        for b in failing
-    )
-    return Check(check.name, False, f"{check.message}; {why}", values)
-
-
-def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
-    kind, diff = artifact.kind, artifact.max_abs_diff
-    # Reports written before max_abs_ref existed get the atol alone.
-    ref = artifact.max_abs_ref or 0.0
-    limit = thresholds.tolerance(kind, ref)
-    name = f"{PARITY}: {kind}"
-    values = {
-        "max_abs_diff": diff,
-        "max_abs_ref": ref,
-        "atol": thresholds.atol.get(kind),
-        "rtol": thresholds.rtol.get(kind),
-        "limit": limit,
-    }
-    if not artifact.exportable:
-        # Not a parity failure: the format cannot express the model, and the other artifacts serve it.
-        return Check(name, True, f"{artifact.reason} (nothing written)", values)
-    if artifact.failed:
-        return Check(name, False, f"{kind} export failed: {artifact.reason}", values)
-    if limit is None:
-        return Check(name, False, f"no tolerance known for artifact kind {str(kind)!r}", values)
-    if artifact.outputs:
-        return _parity_by_output(name, artifact.outputs, thresholds, kind, values, keras_nonfinite)
-    rule = f"atol {thresholds.atol[kind]:g} + rtol {thresholds.rtol[kind]:g} x max abs output {ref:.4g}"
-    if diff is None:
-        # A NaN difference cannot be within any tolerance; say whose it is.
-        whose = "the converted Keras model's outputs" if keras_nonfinite else f"{artifact.path}'s outputs"
-        return Check(name, False, f"max abs diff is not finite: NaN/inf in {whose} ({rule})", values)
-    passed = within(diff, limit)
-    sign = "<=" if passed else ">"
-    return Check(name, passed, f"max abs diff {diff:.3g} {sign} limit {limit:.3g} ({rule})", values)
-
-
-def _parity_by_output(
-    name: str,
-    outputs: dict[str, ArtifactOutput],
-    thresholds: Thresholds,
-    kind: str,
-    values: dict,
-    keras_nonfinite: bool,
-) -> Check:
-    """Each output of the artifact against its own limit (atol + rtol x that output's largest |value|)."""
-    judged = {}
-    for output, o in outputs.items():
-        limit = thresholds.tolerance(kind, o.max_abs_ref or 0.0)
-        diff = o.max_abs_diff
-        passed = diff is not None and limit is not None and within(diff, limit)
-        judged[output] = {**o.to_json(), "limit": limit, "passed": passed}
-    failed = [n for n, one in judged.items() if not one["passed"]]
-    parts = []
-    for output, one in judged.items():
-        shown = "not finite" if one["max_abs_diff"] is None else f"{one['max_abs_diff']:.3g}"
-        parts.append(f"{output} {shown} {'<=' if one['passed'] else '>'} {one['limit']:.3g}")
-    message = "max abs diff per output: " + ", ".join(parts)
-    if failed:
-        whose = "; NaN/inf in the converted Keras model's outputs" if keras_nonfinite else ""
-        message += f" (failing: {', '.join(failed)}{whose})"
-    return Check(name, not failed, message, {**values, "outputs": judged})
 
 
 def _baselines(v: Validation, baseline: Baseline, max_regression: float) -> list[Check]:

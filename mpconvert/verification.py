@@ -33,10 +33,10 @@ import numpy as np
 from .artifacts import parity
 from .digests import Digest, digest
 from .errors import MpconvertError, first_line
-from .gate import check_parity
 from .golden import read_golden
 from .memory import peak_resident, reset_peak, resident
 from .options import DEFAULT_SPEED_BATCH, ArtifactKind, VerifyOptions
+from .parity import check_parity
 from .report import EXIT_GATE, EXIT_OK, REPORT_NAME, Report, mpconvert_version
 from .runners.base import Runner
 from .runners.litert import LiteRTRunner

@@ -22,8 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..check import PARITY
 from ..formats import units_of
-from ..gate import PARITY
 from ..hooks import Hooks
 from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit

@@ -21,8 +21,8 @@ from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
+from ..check import PARITY
 from ..formats import units_of
-from ..gate import PARITY
 from ..sections import PaddingReport
 from ..writing import replace_atomically
 from . import describe_source, parity_limits, speed_line
