@@ -48,7 +48,7 @@ from ..sections import Source
 from ..signature import Signature, signature_of
 from ..speed.memory import activation_memory
 from ..tasks import Task, TaskKind
-from ..trace import nodes, output_layers
+from ..trace import output_layers
 from .base import Capability, ModelKind
 
 
@@ -84,7 +84,6 @@ class KerasKind(ModelKind):
         self.format = ModelFormat(loaded.format)
         self.original = loaded.model
         self.signature = signature_of(loaded.model)
-        refuse_string_inputs(loaded.model, self.signature)
         self.tasks = tasks_of(loaded.model, self.signature)
 
     @property
@@ -244,34 +243,3 @@ def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: An
         raise RuntimeError(
             f"the exported SavedModel at {path} reloads with other layer policies ({', '.join(changed[:3])})"
         )
-
-
-def refuse_string_inputs(model: Any, signature: Signature) -> None:
-    """String inputs (StringLookup, TextVectorization) are refused, naming the layers that read them.
-
-    String preprocessing has nothing to compute in 16 bits, and neither
-    ONNX export (tf2onnx has no lookup-table ops) nor `.npz` data (string
-    arrays need pickle) can carry it, so a model must take its integer ids.
-    """
-    strings = [spec for spec in signature.inputs if spec.dtype == "string"]
-    if not strings:
-        return
-    names = {spec.name for spec in strings}
-    readers = sorted(
-        {
-            f"{node.layer.name!r} ({type(node.layer).__name__})"
-            for node in nodes(model)
-            if any(
-                getattr(t, "_keras_history", [None])[0] is not None and t._keras_history[0].name in names
-                for t in node.inputs
-            )
-        }
-    )
-    spec = strings[0]
-    read = f", read by {', '.join(readers)}" if readers else ""
-    raise MpconvertError(
-        f"input {spec.name!r} is a string tensor{read}: mpconvert converts models on numeric inputs; string "
-        "preprocessing has nothing to compute in 16 bits and does not export to ONNX",
-        hint="apply the string layers in the input pipeline (dataset.map(layer)) and convert the model "
-        "that takes their integer ids",
-    )
