@@ -79,6 +79,27 @@ def test_string_lookup_runs_in_onnx_runtime_as_in_keras(tmp_path, mode):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", ["string", "int64"])
+def test_a_lookup_with_a_mask_token_runs_in_onnx_runtime_as_in_keras(tmp_path, dtype):
+    # The mask compares the input with one value (Equal on strings: no ONNX Equal below opset 19)
+    # and puts id 0 back with a SelectV2 of a scalar, whose shape tf2onnx 1.17 took from that scalar.
+    import keras
+
+    words = keras.Input((1,), dtype=dtype, name="words")
+    if dtype == "string":
+        layer = keras.layers.StringLookup(vocabulary=pm.COLORS, mask_token="", name="lookup")
+        x = np.array([["red"], [""], ["black"], ["magenta"], ["grün"]])
+    else:
+        layer = keras.layers.IntegerLookup(vocabulary=pm.VOCAB, mask_token=-1, name="lookup")
+        x = np.array([[0], [-1], [1], [18], [7]], dtype=np.int64)
+    model = keras.Model(words, layer(words))
+    session = ort.InferenceSession(str(_export(model, tmp_path / "m.onnx").path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"words": x})[0]
+    # Hand-computed: the mask is 0, out of the vocabulary 1, the vocabulary's k-th entry k + 2.
+    np.testing.assert_array_equal(got, [[2], [0], [1], [6], [1]] if dtype == "string" else [[2], [0], [1], [11], [1]])
+    np.testing.assert_array_equal(got, np.asarray(model(x)))
+
+
 def test_hashing_a_string_input_is_refused_as_not_exportable_naming_the_layer(tmp_path):
     import keras
 
