@@ -251,3 +251,24 @@ def test_generated_text_is_the_vocabulary_and_words_out_of_it(text_model):
     assert words.shape == (400, 1) and words.dtype.kind == "U"
     # "[UNK]" is StringLookup's own OOV token, part of its vocabulary; the two unseen words are no one's.
     assert set(words.ravel()) == set(pm.COLORS) | {"[UNK]", "mpconvert-unseen-0", "mpconvert-unseen-1"}
+
+
+def test_the_api_takes_a_dataset_of_text_and_a_live_model(text_model):
+    # A tf.data pipeline yields text as object arrays of bytes: read as unicode, like the CLI's .npz.
+    import keras
+
+    import mpconvert
+
+    d = pm.text_rows()
+    x = {k: d[k][600:] for k in ("color", "ids", "num")}
+    dataset = tf.data.Dataset.from_tensor_slices((x, d["y"][600:])).batch(50)
+    assert next(dataset.as_numpy_iterator())[0]["color"].dtype == object
+    model = keras.models.load_model(text_model)
+    conversion = mpconvert.convert(model, "mixed_bfloat16", data=dataset, finetune_steps=0, speed=False)
+    assert conversion.passed, [c["message"] for c in conversion.report["gate"]["checks"] if not c["passed"]]
+    validation = conversion.report["validation"]
+    assert validation["data"] == "arrays" and validation["rows"] == 200 and validation["drop"] <= 0.01
+    # The converted model answers the same text as the float32 one, within bfloat16's rounding.
+    want = np.asarray(model(x))
+    got = np.asarray(conversion.model(x), dtype=np.float32)
+    assert float(np.abs(got - want).max()) <= 0.05
