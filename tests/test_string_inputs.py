@@ -272,3 +272,13 @@ def test_the_api_takes_a_dataset_of_text_and_a_live_model(text_model):
     want = np.asarray(model(x))
     got = np.asarray(conversion.model(x), dtype=np.float32)
     assert float(np.abs(got - want).max()) <= 0.05
+
+
+def test_the_large_batch_counts_text_at_four_bytes_a_character():
+    from mpconvert.artifacts import LARGE_BATCH, large_batch
+
+    short = [np.array([["red"]] * 3), np.zeros((3, 1), np.float32)]
+    assert large_batch(short) == LARGE_BATCH  # 12 + 4 bytes a row: far below 64 MiB at 4096 rows
+    # One text column of 8192 characters: NumPy's '<U8192' holds 32 KiB a row, so 64 MiB is 2048 rows.
+    long = [np.array([["x" * 8192]] * 3)]
+    assert long[0].dtype == np.dtype("<U8192") and large_batch(long) == (64 << 20) // (4 * 8192) == 2048
