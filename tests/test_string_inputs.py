@@ -282,3 +282,19 @@ def test_the_large_batch_counts_text_at_four_bytes_a_character():
     # One text column of 8192 characters: NumPy's '<U8192' holds 32 KiB a row, so 64 MiB is 2048 rows.
     long = [np.array([["x" * 8192]] * 3)]
     assert long[0].dtype == np.dtype("<U8192") and large_batch(long) == (64 << 20) // (4 * 8192) == 2048
+
+
+def test_a_model_that_returns_text_is_refused_naming_the_output(tmp_path):
+    # Keras declares an inverted StringLookup's output int64; it returns text, which no check compares.
+    import keras
+
+    x = keras.Input((4,), name="x")
+    scores = keras.layers.Dense(3, name="scores")(x)
+    names = keras.layers.StringLookup(vocabulary=["a", "b", "c"], invert=True, name="names")(
+        keras.ops.argmax(scores, axis=-1)
+    )
+    path = tmp_path / "names.keras"
+    keras.Model(x, [keras.layers.Activation("softmax", name="p")(scores), names]).save(path)
+    out = tmp_path / "out"
+    result = invoke(path, "--policy", "mixed_float16", "--out", out, "--no-speed")
+    _refused(result, out, "output 'names' is a string tensor, made by 'names' (StringLookup)", "ids")

@@ -84,6 +84,7 @@ class KerasKind(ModelKind):
         self.format = ModelFormat(loaded.format)
         self.original = loaded.model
         self.signature = signature_of(loaded.model)
+        refuse_string_outputs(loaded.model, self.signature)
         self.tasks = tasks_of(loaded.model, self.signature)
 
     @property
@@ -243,3 +244,28 @@ def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: An
         raise RuntimeError(
             f"the exported SavedModel at {path} reloads with other layer policies ({', '.join(changed[:3])})"
         )
+
+
+def refuse_string_outputs(model: Any, signature: Signature) -> None:
+    """A model that returns text (StringLookup(invert=True)) is refused, naming the output and its layer.
+
+    Validation, the gate and every artifact's parity compare outputs as
+    numbers; text has nothing to compute in 16 bits, so the ids before it
+    are what a conversion can check.
+    """
+    layers = output_layers(model)
+    layers += [None] * (len(signature.outputs) - len(layers))
+    # Keras 3.15 declares an inverted StringLookup's output int64 (it returns text), so its layer tells.
+    strings = [
+        i
+        for i, (spec, layer) in enumerate(zip(signature.outputs, layers))
+        if spec.dtype == "string" or (type(layer).__name__ == "StringLookup" and getattr(layer, "invert", False))
+    ]
+    if not strings:
+        return
+    spec, layer = signature.outputs[strings[0]], layers[strings[0]]
+    made = f", made by {layer.name!r} ({type(layer).__name__})" if layer is not None else ""
+    raise MpconvertError(
+        f"output {spec.name!r} is a string tensor{made}: mpconvert validates and compares numeric outputs",
+        hint="convert the model that returns the ids (or scores) before the text, and map them to text after it",
+    )
