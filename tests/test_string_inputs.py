@@ -100,6 +100,41 @@ def test_a_lookup_with_a_mask_token_runs_in_onnx_runtime_as_in_keras(tmp_path, d
     np.testing.assert_array_equal(got, np.asarray(model(x)))
 
 
+@pytest.mark.parametrize("mode", ["int", "multi_hot"])
+def test_text_vectorization_on_tokens_runs_in_onnx_runtime_as_in_keras(tmp_path, mode):
+    # Without standardization and split it is a lookup with the mask token "" (id 0), OOV id 1.
+    import keras
+
+    width = 3 if mode == "multi_hot" else 1
+    words = keras.Input((width,), dtype="string", name="words")
+    layer = keras.layers.TextVectorization(
+        vocabulary=pm.COLORS, standardize=None, split=None, output_mode=mode, name="vocab"
+    )
+    model = keras.Model(words, layer(words))
+    x = np.array([["red", "grün", "red"], ["magenta", "", "blue"]])[:, :width]
+    session = ort.InferenceSession(str(_export(model, tmp_path / "m.onnx").path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"words": x})[0]
+    # Hand-computed: "red" 2, "blue" 4, "magenta" 6, "grün" out of the vocabulary (1), "" the mask (0).
+    if mode == "int":
+        np.testing.assert_array_equal(got, [[2], [6]])
+    else:  # one column per id from 1 (OOV) on; the mask counts nowhere
+        np.testing.assert_array_equal(got, [[1, 1, 0, 0, 0, 0], [0, 0, 0, 1, 0, 1]])
+    np.testing.assert_array_equal(got, np.asarray(model(x)))
+
+
+def test_text_vectorization_that_splits_is_refused_as_not_exportable(tmp_path):
+    import keras
+
+    words = keras.Input((1,), dtype="string", name="words")
+    model = keras.Model(
+        words, keras.layers.TextVectorization(vocabulary=pm.COLORS, standardize=None, name="vocab")(words)
+    )
+    with pytest.raises(NotExportable) as caught:
+        _export(model, tmp_path / "m.onnx")
+    assert "not exportable to ONNX: layer 'vocab' (StringSplitV2)" in str(caught.value)
+    assert "opset 20" in str(caught.value) and "split=None" in caught.value.hint
+
+
 def test_hashing_a_string_input_is_refused_as_not_exportable_naming_the_layer(tmp_path):
     import keras
 

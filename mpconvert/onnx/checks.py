@@ -72,6 +72,11 @@ INEXPRESSIBLE = {
     # regular-expression match (RegexFullMatch, opset 20) but no replace.
     "StaticRegexReplace": ("a regular-expression replace, which no ONNX operator computes", _STANDARDIZE),
     "RegexReplace": ("a regular-expression replace, which no ONNX operator computes", _STANDARDIZE),
+    # TextVectorization's split (on whitespace by default): ONNX's StringSplit came in opset 20.
+    "StringSplitV2": (
+        "splitting text, which ONNX computes from opset 20 on (StringSplit), past the 18 tf2onnx 1.17 writes",
+        "the split (TextVectorization(split=None) on text split into tokens beforehand)",
+    ),
 }
 
 
