@@ -148,6 +148,24 @@ def text_tabular(path, seed: int = 0):
     return path
 
 
+def text_lookup(path, seed: int = 0):
+    """color -> StringLookup -> one-hot, num -> Normalization, into a classifier: the string table alone
+    (LiteRT's converter has a builtin for string-keyed tables, none for IntegerLookup's int64 -> int64)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    color = keras.Input((1,), dtype="string", name="color")
+    num = keras.Input((1,), name="num")
+    words = keras.layers.StringLookup(vocabulary=COLORS, output_mode="one_hot", name="words")(color)
+    scaled = keras.layers.Normalization(mean=0.0, variance=9.0)(num)
+    hidden = keras.layers.Dense(16, activation="relu", name="hidden")(keras.layers.Concatenate()([words, scaled]))
+    model = keras.Model({"color": color, "num": num}, keras.layers.Dense(2, activation="softmax", name="out")(hidden))
+    d = text_rows()
+    _fit(model, {k: d[k][:600] for k in ("color", "num")}, d["y"][:600], epochs=10)
+    model.save(str(path))
+    return path
+
+
 def text_tabular_npz(path, text_as: str = "unicode"):
     """The last 200 rows to validate on, the first 600 to fine-tune on; text as '<U..' or as UTF-8 bytes."""
     d = text_rows()

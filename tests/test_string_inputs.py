@@ -333,3 +333,20 @@ def test_a_model_that_returns_text_is_refused_naming_the_output(tmp_path):
     out = tmp_path / "out"
     result = invoke(path, "--policy", "mixed_float16", "--out", out, "--no-speed")
     _refused(result, out, "output 'names' is a string tensor, made by 'names' (StringLookup)", "ids")
+
+
+def test_the_litert_file_takes_the_text_and_serves_every_batch(tmp_path):
+    # Its float32-computing copy keeps the string Input and the lookup's dtype (only float policies become float32).
+    model = pm.text_lookup(tmp_path / "lookup.keras")
+    d = pm.text_rows()
+    np.savez(tmp_path / "text.npz", color=d["color"][600:], num=d["num"][600:], y=d["y"][600:])
+    out = tmp_path / "out"
+    args = ["--data", tmp_path / "text.npz", "--out", out, "--no-speed", "--export", "savedmodel,litert"]
+    result = invoke(model, "--policy", "mixed_float16", *args)
+    assert result.exit_code == 0, result.output
+    report = _report(out)
+    litert = next(a for a in report["artifacts"] if a["kind"] == "litert")
+    check = next(c for c in report["gate"]["checks"] if c["name"] == "artifact parity: litert")
+    assert not litert["failed"] and (out / "model.tflite").is_file()
+    assert check["passed"] and litert["max_abs_diff"] <= check["values"]["limit"]
+    assert [(b["rows"], b["error"]) for b in litert["batches"]] == [(0, None), (1, None), (4096, None)]
