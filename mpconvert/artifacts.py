@@ -67,6 +67,8 @@ def _max_abs(outputs: list[np.ndarray]) -> float:
 
 
 def large_batch(rows: Sequence[np.ndarray]) -> int:
+    # A string input counts 4 bytes per character of its longest string (NumPy's '<U' itemsize): more
+    # than the UTF-8 a server receives, so the batch errs small, never past LARGE_BATCH_BYTES.
     per_row = sum(x[:1].nbytes for x in rows) or 1
     return max(2, min(LARGE_BATCH, LARGE_BATCH_BYTES // per_row))
 

@@ -92,7 +92,8 @@ class _NpzArrays(Mapping):
         if dtype.hasobject:
             raise MpconvertError(
                 f"{self._path} holds object arrays ({key!r}), which could only be read by unpickling them",
-                hint="save plain numeric arrays, e.g. np.savez(path, x=x.astype('float32'), y=y)",
+                hint="save plain arrays: numbers, e.g. x.astype('float32'), and text as fixed-width strings, "
+                "e.g. np.array(list_of_str) (dtype '<U..'), not dtype=object",
             )
         size = math.prod(shape) * dtype.itemsize
         stored = info.file_size - header_bytes

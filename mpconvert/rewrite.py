@@ -359,7 +359,8 @@ def float32_copy(model: Any, framework: Framework, smoke_inputs: list[np.ndarray
     config = copy.deepcopy(model_config(model))
     for container, _, _ in _iter_containers(config, model_class(model)):
         for entry in container["layers"]:
-            if "dtype" in entry.get("config", {}):
+            # Only float policies: a string Input or StringLookup keeps "string", an integer one its int64.
+            if (policy_name(entry.get("config", {}).get("dtype")) or "").startswith(("float", "bfloat", "mixed_")):
                 entry["config"]["dtype"] = "float32"
             if unroll and entry.get("class_name") in RECURRENT and "unroll" in entry.get("config", {}):
                 entry["config"]["unroll"] = True

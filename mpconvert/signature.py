@@ -19,6 +19,10 @@ class TensorSpec:
     def is_float(self) -> bool:
         return self.dtype.startswith(("float", "bfloat"))
 
+    @property
+    def is_string(self) -> bool:
+        return self.dtype == "string"
+
     def describe(self) -> str:
         dims = ", ".join("n" if i == 0 else ("?" if d is None else str(d)) for i, d in enumerate(self.shape))
         return f"({dims}) {self.dtype}"
@@ -103,6 +107,19 @@ def _integer_upper_bound(model: Any) -> int:
     return min(sizes) if sizes else 2
 
 
+def _words(model: Any) -> list[str]:
+    """Words to feed a string input: every string vocabulary in the model (StringLookup,
+    TextVectorization), and two that no vocabulary holds, so the out-of-vocabulary path runs too."""
+    words: list[str] = []
+    for layer in _all_layers(model):
+        try:
+            vocabulary = layer.get_vocabulary() if hasattr(layer, "get_vocabulary") else []
+        except Exception:  # a layer that was never adapted has no vocabulary yet
+            vocabulary = []
+        words.extend(w.decode() if isinstance(w, bytes) else w for w in vocabulary if isinstance(w, (str, bytes)))
+    return sorted({w for w in words if w}) + ["mpconvert-unseen-0", "mpconvert-unseen-1"]
+
+
 def _all_layers(model: Any):
     for layer in getattr(model, "layers", ()):  # a graph-level model has none
         yield layer
@@ -115,13 +132,17 @@ def generate_inputs(model: Any, signature: Signature, rows: int, seed: int) -> l
 
     Float inputs are standard normal (the scale most models were trained on
     after normalization); integer inputs are valid token ids for every
-    Embedding in the model.
+    Embedding in the model; string inputs are words of the model's string
+    vocabularies, with some unknown to all of them.
     """
     rng = np.random.default_rng(seed)
     arrays = []
     for spec in signature.inputs:
         shape = (rows,) + tuple(1 if d is None else d for d in spec.shape[1:])
-        if spec.is_float:
+        if spec.is_string:
+            words = np.array(_words(model))
+            arrays.append(words[rng.integers(0, len(words), size=shape)])
+        elif spec.is_float:
             dtype = spec.dtype if spec.dtype in ("float16", "float64") else np.float32  # what the input takes
             arrays.append(rng.standard_normal(shape).astype(dtype))
         else:

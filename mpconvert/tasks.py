@@ -79,12 +79,42 @@ def check_input(where: str, key: str, array: np.ndarray, spec: TensorSpec) -> np
                 hint="clean or impute the data; validation needs finite inputs",
             )
         return array
+    if spec.is_string:
+        return string_array(where, key, array, expected)
     if not np.issubdtype(array.dtype, np.integer):
         raise MpconvertError(
             f"{where}: {key!r} has dtype {array.dtype}, {expected}",
             hint="integer inputs (token ids) must be stored as integers",
         )
     return array.astype(spec.dtype)
+
+
+def string_array(where: str, key: str, array: np.ndarray, expected: str) -> np.ndarray:
+    """Text for a string input as fixed-width unicode ('<U..'), the one form strings travel in here.
+
+    A unicode array is what every runtime takes (Keras and TensorFlow encode
+    it as UTF-8, ONNX Runtime reads it as its string type) and what an .npz
+    stores without pickle; bytes ('S..') are decoded as UTF-8, and an object
+    array of str or bytes (a tf.data pipeline or a data function yields those)
+    becomes unicode the same way.
+    """
+    if array.dtype.kind == "U":
+        return array
+    if array.dtype.kind in "SO":
+        try:
+            flat = [v.decode("utf-8") if isinstance(v, bytes) else v for v in array.ravel().tolist()]
+        except UnicodeDecodeError as exc:
+            raise MpconvertError(
+                f"{where}: {key!r} holds bytes that are not UTF-8 ({exc.reason} at byte {exc.start})",
+                hint="store the text as unicode, e.g. np.array(list_of_str), or decode it as UTF-8 first",
+            ) from None
+        if all(isinstance(v, str) for v in flat):
+            # np.array of an empty list would be float64: keep the dtype unicode.
+            return np.array(flat, dtype=str).reshape(array.shape)
+    raise MpconvertError(
+        f"{where}: {key!r} has dtype {array.dtype}, {expected}",
+        hint="store text as fixed-width unicode, e.g. np.array(list_of_str) (dtype '<U..'), not numbers",
+    )
 
 
 def check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.ndarray:

@@ -92,24 +92,6 @@ def test_preprocessing_layers_keep_their_state_through_the_conversion(preprocess
     assert conversion.passed, [c["message"] for c in report["gate"]["checks"] if not c["passed"]]
 
 
-@pytest.mark.parametrize("layer", ["StringLookup", "TextVectorization"])
-def test_string_inputs_are_refused_naming_the_layer(tmp_path, layer):
-    words = keras.Input((1,), dtype="string", name="words")
-    if layer == "StringLookup":
-        ids = keras.layers.StringLookup(vocabulary=["cat", "dog"], name="vocab")(words)
-    else:
-        ids = keras.layers.TextVectorization(vocabulary=["cat", "dog"], output_sequence_length=1, name="vocab")(words)
-    out = keras.layers.Dense(2, activation="softmax", name="predictions")(keras.ops.cast(ids, "float32"))
-    path = tmp_path / "strings.keras"
-    keras.Model(words, out).save(path)
-    result = invoke(path, "--policy", "mixed_float16", "--out", tmp_path / "out")
-    assert result.exit_code == 1
-    text = one_error(result)
-    assert "input 'words' is a string tensor, read by 'vocab'" in text and layer in text
-    assert "dataset.map" in text
-    assert not (tmp_path / "out").exists()
-
-
 # --- the fidelity proof -----------------------------------------------------------------
 
 

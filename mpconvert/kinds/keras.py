@@ -48,7 +48,7 @@ from ..sections import Source
 from ..signature import Signature, signature_of
 from ..speed.memory import activation_memory
 from ..tasks import Task, TaskKind
-from ..trace import nodes, output_layers
+from ..trace import output_layers
 from .base import Capability, ModelKind
 
 
@@ -84,7 +84,7 @@ class KerasKind(ModelKind):
         self.format = ModelFormat(loaded.format)
         self.original = loaded.model
         self.signature = signature_of(loaded.model)
-        refuse_string_inputs(loaded.model, self.signature)
+        refuse_string_outputs(loaded.model, self.signature)
         self.tasks = tasks_of(loaded.model, self.signature)
 
     @property
@@ -246,32 +246,26 @@ def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: An
         )
 
 
-def refuse_string_inputs(model: Any, signature: Signature) -> None:
-    """String inputs (StringLookup, TextVectorization) are refused, naming the layers that read them.
+def refuse_string_outputs(model: Any, signature: Signature) -> None:
+    """A model that returns text (StringLookup(invert=True)) is refused, naming the output and its layer.
 
-    String preprocessing has nothing to compute in 16 bits, and neither
-    ONNX export (tf2onnx has no lookup-table ops) nor `.npz` data (string
-    arrays need pickle) can carry it, so a model must take its integer ids.
+    Validation, the gate and every artifact's parity compare outputs as
+    numbers; text has nothing to compute in 16 bits, so the ids before it
+    are what a conversion can check.
     """
-    strings = [spec for spec in signature.inputs if spec.dtype == "string"]
+    layers = output_layers(model)
+    layers += [None] * (len(signature.outputs) - len(layers))
+    # Keras 3.15 declares an inverted StringLookup's output int64 (it returns text), so its layer tells.
+    strings = [
+        i
+        for i, (spec, layer) in enumerate(zip(signature.outputs, layers))
+        if spec.dtype == "string" or (type(layer).__name__ == "StringLookup" and getattr(layer, "invert", False))
+    ]
     if not strings:
         return
-    names = {spec.name for spec in strings}
-    readers = sorted(
-        {
-            f"{node.layer.name!r} ({type(node.layer).__name__})"
-            for node in nodes(model)
-            if any(
-                getattr(t, "_keras_history", [None])[0] is not None and t._keras_history[0].name in names
-                for t in node.inputs
-            )
-        }
-    )
-    spec = strings[0]
-    read = f", read by {', '.join(readers)}" if readers else ""
+    spec, layer = signature.outputs[strings[0]], layers[strings[0]]
+    made = f", made by {layer.name!r} ({type(layer).__name__})" if layer is not None else ""
     raise MpconvertError(
-        f"input {spec.name!r} is a string tensor{read}: mpconvert converts models on numeric inputs; string "
-        "preprocessing has nothing to compute in 16 bits and does not export to ONNX",
-        hint="apply the string layers in the input pipeline (dataset.map(layer)) and convert the model "
-        "that takes their integer ids",
+        f"output {spec.name!r} is a string tensor{made}: mpconvert validates and compares numeric outputs",
+        hint="convert the model that returns the ids (or scores) before the text, and map them to text after it",
     )

@@ -58,10 +58,25 @@ class NotExportable(MpconvertError):
 
 # TensorFlow ops that no ONNX operator computes, and why; tf2onnx leaves them unconverted (or maps them
 # to a contrib domain that ONNX Runtime does not ship).
+# Each with the step a user can move in front of the model to get an ONNX file.
+_HASH = "the hash"
+_STANDARDIZE = "the text standardization (TextVectorization(standardize=None) on text cleaned beforehand)"
 INEXPRESSIBLE = {
-    "StringToHashBucketFast": "Keras's Hashing hashes with FarmHash Fingerprint64, which no ONNX operator computes",
-    "StringToHashBucketStrong": "a keyed SipHash, which no ONNX operator computes",
-    "StringToHashBucket": "TensorFlow's own string hash, which no ONNX operator computes",
+    "StringToHashBucketFast": (
+        "Keras's Hashing hashes with FarmHash Fingerprint64, which no ONNX operator computes",
+        _HASH,
+    ),
+    "StringToHashBucketStrong": ("a keyed SipHash, which no ONNX operator computes", _HASH),
+    "StringToHashBucket": ("TensorFlow's own string hash, which no ONNX operator computes", _HASH),
+    # TextVectorization's default standardization (lower case, strip punctuation); ONNX has a
+    # regular-expression match (RegexFullMatch, opset 20) but no replace.
+    "StaticRegexReplace": ("a regular-expression replace, which no ONNX operator computes", _STANDARDIZE),
+    "RegexReplace": ("a regular-expression replace, which no ONNX operator computes", _STANDARDIZE),
+    # TextVectorization's split (on whitespace by default): ONNX's StringSplit came in opset 20.
+    "StringSplitV2": (
+        "splitting text, which ONNX computes from opset 20 on (StringSplit), past the 18 tf2onnx 1.17 writes",
+        "the split (TextVectorization(split=None) on text split into tokens beforehand)",
+    ),
 }
 
 
@@ -83,9 +98,10 @@ def reject_unconverted_ops(proto, unit_of):
         node = first[never[0]]
         layer = unit_of(node.name)
         where = f"layer '{layer}'" if layer else f"node '{node.name}'"
+        reason, step = INEXPRESSIBLE[never[0]]
         raise NotExportable(
-            f"not exportable to ONNX: {where} ({never[0]}): {INEXPRESSIBLE[never[0]]}",
-            hint="the other artifacts serve the model; compute the hash before the model if ONNX is needed",
+            f"not exportable to ONNX: {where} ({never[0]}): {reason}",
+            hint=f"the other artifacts serve the model; compute {step} before the model if ONNX is needed",
         )
     ops = sorted(first, key=lambda op: (op in _CALL_OPS, op))
     blamed = []

@@ -3,7 +3,8 @@
 Registered on tf2onnx's process-wide handler table by export.py before each
 conversion (under its lock): Erfc (exact GELU), and the ops behind Keras's
 preprocessing layers: Bucketize (Discretization), DenseBincount
-(CategoryEncoding) and LookupTableFindV2 (IntegerLookup, StringLookup).
+(CategoryEncoding), LookupTableFindV2 (IntegerLookup, StringLookup) and
+Equal on strings (a lookup's mask token).
 """
 
 from __future__ import annotations
@@ -50,6 +51,53 @@ def register_tf2onnx_handlers():
                 )
                 ctx.replace_inputs(node, [one.output[0], erf.output[0]])
                 node.type = "Sub"
+
+    # Equal on strings: ONNX's Equal takes strings only from opset 19 on, past the 18 tf2onnx 1.17 writes,
+    # and tf2onnx casts them to int32 before it ("stoll" in ONNX Runtime). A lookup layer's mask
+    # (StringLookup(mask_token="")) compares its input with one string: an ai.onnx.ml LabelEncoder of that key.
+    opsets = tf_op.get_opsets()[""]
+    current = opsets[11].get("Equal", (None, None))[0]
+    numeric = getattr(current, "numeric", current)  # tf2onnx's own, also when ours was registered before
+
+    @tf_op(["Equal", "NotEqual"])
+    class _Equal:
+        @classmethod
+        def version_11(cls, ctx, node, **kwargs):
+            if ctx.get_dtype(node.input[0]) != TensorProto.STRING:
+                numeric(ctx, node, **kwargs)
+                return
+            const = [i for i, x in enumerate(node.inputs) if x.is_const()]
+            utils.make_sure(len(const) == 1, "%s of two computed strings has no ONNX operator", node.name)
+            key = np.asarray(node.inputs[const[0]].get_tensor_value(as_list=False)).ravel()
+            utils.make_sure(key.size == 1, "%s against several strings is not supported", node.name)
+            utils.make_sure(
+                any(o.domain == ML_DOMAIN for o in ctx.extra_opset or []), "%s of strings needs ai.onnx.ml", node.name
+            )
+            word = key[0].decode() if isinstance(key[0], bytes) else str(key[0])
+            negate = node.type == "NotEqual"
+            x = node.input[1 - const[0]]
+            shapes, dtypes = node.output_shapes, node.output_dtypes
+            ctx.remove_node(node.name)
+            found = ctx.make_node(
+                "LabelEncoder",
+                [x],
+                attr={"keys_strings": [word], "values_int64s": [0 if negate else 1], "default_int64": int(negate)},
+                domain=ML_DOMAIN,
+                op_name_scope=node.name,
+                shapes=[ctx.get_shape(x)],
+                dtypes=[TensorProto.INT64],
+            )
+            ctx.make_node(
+                "Cast",
+                [found.output[0]],
+                attr={"to": TensorProto.BOOL},
+                name=node.name,
+                outputs=node.output,
+                shapes=shapes,
+                dtypes=dtypes,
+            )
+
+    _Equal.version_11.__func__.numeric = numeric
 
     # Keras's preprocessing layers (mpconvert owns these mappings; tf2onnx 1.17 has none for Bucketize and
     # maps only string<->int64 tables, through CategoryMapper).
@@ -161,3 +209,31 @@ def register_tf2onnx_handlers():
             )
             if not ctx.find_output_consumers(table.output[0]):
                 ctx.remove_node(table.name)
+            # A lookup with a mask token (mask_token=0 or "") puts the mask's id back with a SelectV2 of a
+            # scalar and the lookup. tf2onnx 1.17's shape inference gives a SelectV2 whose one branch has no
+            # shape the other branch's shape, the scalar's [] (a rule for Select, whose branches share a shape),
+            # and onnx.checker refuses the Add it becomes ("differ in rank: (2) vs (0)"). With the lookup's
+            # shape known here, before the SelectV2 is converted, its output gets the broadcast shape.
+            for consumer in ctx.find_output_consumers(node.output[0]):
+                if consumer.type == "SelectV2":
+                    shapes = [ctx.get_shape(name) for name in consumer.input]
+                    if all(shape is not None for shape in shapes):
+                        _reshape_through_identities(ctx, consumer.output[0], _broadcast(shapes))
+
+
+def _broadcast(shapes: list[list[int]]) -> list[int]:
+    """NumPy's broadcast of shapes in tf2onnx's form (-1 for an unknown dimension)."""
+    rank = max(len(shape) for shape in shapes)
+    out = []
+    for dims in zip(*([1] * (rank - len(shape)) + list(shape) for shape in shapes)):
+        known = {d for d in dims if d not in (1, -1)}
+        out.append(known.pop() if len(known) == 1 else (1 if all(d == 1 for d in dims) else -1))
+    return out
+
+
+def _reshape_through_identities(ctx, name: str, shape: list[int]) -> None:
+    """Give tensor `name` `shape`, and the Identity chain after it (up to the graph output) the same."""
+    ctx.set_shape(name, shape)
+    for consumer in ctx.find_output_consumers(name):
+        if consumer.type == "Identity":
+            _reshape_through_identities(ctx, consumer.output[0], shape)

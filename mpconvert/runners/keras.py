@@ -57,7 +57,7 @@ class KerasRunner:
             serve = tf.function(serving_fn(self.model, signature), input_signature=input_specs(signature))
             found = serve(*(tf.constant(x) for x in inputs))
             return as_float32([found[spec.name].numpy() for spec in signature.outputs])
-        predicted = self.model.predict(signature.feed(inputs), batch_size=PREDICT_BATCH, verbose=0)
+        predicted = self.model.predict(signature.feed(predictable(inputs)), batch_size=PREDICT_BATCH, verbose=0)
         return as_float32(signature.output_list(predicted))
 
     def _forward(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -82,6 +82,18 @@ class KerasRunner:
             signature = self._signature
             fn = tf.function(serving_fn(self.model, signature), input_signature=input_specs(signature))
         return lambda: fetch(fn(*feeds))
+
+
+def predictable(inputs: Sequence[Any]) -> list[Any]:
+    """The inputs as `Model.predict` and `fit` take them: a string array as a tf.string tensor.
+
+    Keras 3.15's data adapters refuse NumPy text of every kind ("Invalid
+    dtype: str224" for '<U7', bytes8 for 'S1', object), while a string tensor
+    passes through them, and a direct model call takes either.
+    """
+    import tensorflow as tf
+
+    return [tf.constant(x) if isinstance(x, np.ndarray) and x.dtype.kind in "USO" else x for x in inputs]
 
 
 def predict(model: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

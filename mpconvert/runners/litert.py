@@ -74,5 +74,9 @@ class LiteRTRunner:
         feeds = {}
         for spec, x in zip(self.signature.inputs, inputs):
             want = declared.get(spec.name, {}).get("dtype")
+            if np.asarray(x).dtype.kind == "U":
+                # Text as TensorFlow holds it, UTF-8 bytes: the interpreter would encode unicode as ASCII
+                # ("'ascii' codec can't encode character '\xfc'").
+                x = np.char.encode(np.asarray(x), "utf-8")
             feeds[spec.name] = np.asarray(x, dtype=want) if want is not None else np.asarray(x)
         return feeds
