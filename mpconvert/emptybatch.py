@@ -15,7 +15,8 @@ empty constant fails ("Invalid tensor size"), and an unrolled recurrent
 layer's UNPACK refuses a batch of 0 rows ("NumElements(input) > 0 was
 not true"). Its function pads instead, without a branch: an empty request
 runs on one row of zeros, and the outputs are cut back to the rows asked
-for (`padded`); a request with rows runs as it is.
+for (`padded`); a request with rows runs as it is. A model that takes text
+is left as it is: LiteRT has no concatenation of strings.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ def padded(serve: Callable[..., dict]) -> Callable[..., dict]:
     def serve_any_batch(*inputs: Any) -> dict:
         import tensorflow as tf
 
+        if any(x.dtype == tf.string for x in inputs):  # LiteRT has no ConcatV2 for text: served as it is
+            return serve(*inputs)
         rows = tf.shape(inputs[0])[0]
         missing = tf.maximum(1 - rows, 0)  # 1 for an empty request, else 0: no branch
         filled = [tf.concat([x, tf.zeros(tf.concat([[missing], tf.shape(x)[1:]], 0), x.dtype)], 0) for x in inputs]
