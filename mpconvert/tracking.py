@@ -361,7 +361,7 @@ class ParentRun:
             return
         client = self.tracker.client
         try:
-            for name, value in (("models", len(summary.get("models") or ())), *_totals(summary)):
+            for name, value in _totals(summary):
                 client.log_metric(self.run_id, name, value)
             client.set_tag(self.run_id, "mpconvert.exit_code", str(summary.get("exit_code")))
             for path in files:
@@ -394,4 +394,5 @@ def parent_run(options: TrackingOptions, name: str, hooks: Hooks = NO_HOOKS) -> 
         )
     except Exception as exc:
         return ParentRun(_skip_or_raise(options, server_problem(options, exc), hooks))
+    hooks.note(f"MLflow parent run {run.info.run_id} in experiment {options.experiment!r} at {options.shown_uri}")
     return ParentRun(tracker, run.info.run_id)

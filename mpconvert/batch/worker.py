@@ -81,8 +81,10 @@ def run(spec: dict) -> dict:
     from ..hooks import Hooks
     from ..options import SaveOptions
     from ..pipeline import convert_and_save
+    from ..tracking_options import TrackingOptions
 
     options, export = job_options(spec)
+    tracking = spec.get("tracking")
     stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}
     command = spec.get("command")
     save = SaveOptions(
@@ -91,6 +93,7 @@ def run(spec: dict) -> dict:
         force=True,
         attachments=((RESULT_NAME, stamp),),
         command=None if command is None else tuple(command),
+        tracking=TrackingOptions(**tracking) if tracking else TrackingOptions(),
     )
     report, _ = convert_and_save(options, save, Hooks(may_restart=True))
     status = "passed" if report.passed else "gate_failed"
