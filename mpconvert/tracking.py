@@ -156,7 +156,9 @@ class Tracker:
                 ) from None
             self.hooks.warning(f"MLflow run not recorded: {problem.message}")
             return None
-        self.hooks.note(f"MLflow run {logged.run_id} in experiment {self.options.experiment!r} at {self.options.shown_uri}")
+        self.hooks.note(
+            f"MLflow run {logged.run_id} in experiment {self.options.experiment!r} at {self.options.shown_uri}"
+        )
         if self.options.register is not None:
             if logged.version is None:
                 self.hooks.note(f"not registered: the gate failed (no version of {self.options.register!r})")
@@ -389,9 +391,7 @@ def parent_run(options: TrackingOptions, name: str, hooks: Hooks = NO_HOOKS) -> 
     if not tracker.active:
         return ParentRun(tracker)
     try:
-        run = tracker.client.create_run(
-            tracker.experiment_id(), run_name=name, tags={"mpconvert.batch": "true"}
-        )
+        run = tracker.client.create_run(tracker.experiment_id(), run_name=name, tags={"mpconvert.batch": "true"})
     except Exception as exc:
         return ParentRun(_skip_or_raise(options, server_problem(options, exc), hooks))
     hooks.note(f"MLflow parent run {run.info.run_id} in experiment {options.experiment!r} at {options.shown_uri}")

@@ -84,7 +84,9 @@ class TrackingOptions:
                 f"--register {self.register} needs a tracking server",
                 hint=f"add --mlflow URI (or a bare --mlflow with {ENVIRONMENT_URI} set)",
             )
-        if self.register is not None and (not self.register.strip() or any(c in self.register for c in _NOT_IN_MODEL_NAMES)):
+        if self.register is not None and (
+            not self.register.strip() or any(c in self.register for c in _NOT_IN_MODEL_NAMES)
+        ):
             raise MpconvertError(
                 f"--register {self.register!r} is not a registered model name MLflow accepts",
                 hint="choose a name without '/' or ':', e.g. --register digits-mlp-bf16",

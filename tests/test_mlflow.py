@@ -180,7 +180,9 @@ def test_register_on_a_pass_makes_version_1_with_the_verdict_and_the_drop(passed
 
 def test_a_gate_failure_is_recorded_and_never_registered(server, tmp_path):
     out = tmp_path / "out"
-    result = invoke(*BASE, *FAILING, "--out", out, "--mlflow", server, "--mlflow-experiment", "failed", "--register", "strict")
+    result = invoke(
+        *BASE, *FAILING, "--out", out, "--mlflow", server, "--mlflow-experiment", "failed", "--register", "strict"
+    )
     assert result.exit_code == 3, result.output + result.stderr
     assert "not registered: the gate failed" in result.stderr
     client = MlflowClient(server)
@@ -260,7 +262,9 @@ def test_mlflow_optional_warns_and_converts_untracked(tmp_path):
     ]
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is True
-    assert report["skipped"] == [{"stage": "mlflow", "reason": f"MLflow tracking server {uri} cannot be reached: Connection refused"}]
+    assert report["skipped"] == [
+        {"stage": "mlflow", "reason": f"MLflow tracking server {uri} cannot be reached: Connection refused"}
+    ]
 
 
 def test_a_bare_mlflow_flag_takes_the_uri_from_the_environment(monkeypatch, tmp_path):
@@ -279,7 +283,9 @@ def test_register_needs_a_server_and_the_savedmodel(tmp_path):
     assert result.exit_code == 1 and "error: --register cancer needs a tracking server" in result.stderr
     with pytest.raises(MpconvertError, match="not a registered model name"):
         TrackingOptions(uri="http://127.0.0.1:1", register="team/cancer")
-    result = invoke(*BASE, "--out", tmp_path / "out", "--export", "onnx", "--mlflow", "http://127.0.0.1:1", "--register", "x")
+    result = invoke(
+        *BASE, "--out", tmp_path / "out", "--export", "onnx", "--mlflow", "http://127.0.0.1:1", "--register", "x"
+    )
     assert result.exit_code == 1 and "--export leaves it out" in result.stderr
     assert not (tmp_path / "out").exists()
 
@@ -296,7 +302,10 @@ def test_without_mlflow_installed_the_error_names_the_extra(monkeypatch):
 
 def test_metric_names_and_params_are_what_mlflow_accepts():
     assert metric_name("accuracy gate: digit", "drop") == "accuracy_gate/digit/drop"
-    assert metric_name("artifact parity: onnx", "rows_4096", "max_abs_diff") == "artifact_parity/onnx/rows_4096/max_abs_diff"
+    assert (
+        metric_name("artifact parity: onnx", "rows_4096", "max_abs_diff")
+        == "artifact_parity/onnx/rows_4096/max_abs_diff"
+    )
     assert metric_name("validation independent of training", "share") == "validation_independent_of_training/share"
     stored = {"provenance": {"options": {"keep_float32": ["a" * 7000], "seed": 3, "loss": None, "speed": True}}}
     params = run_params(stored)
@@ -315,8 +324,8 @@ path = "{MODEL}"
 data = "{DATA}"
 
 [[model]]
-path = "{SAMPLES / 'digits_mlp'}"
-data = "{SAMPLES / 'data' / 'digits.npz'}"
+path = "{SAMPLES / "digits_mlp"}"
+data = "{SAMPLES / "data" / "digits.npz"}"
 """
 
 
@@ -325,7 +334,18 @@ def test_a_batch_is_a_parent_run_with_one_child_per_model(server, tmp_path):
     root = tmp_path / "root"
     env = {**os.environ, "MLFLOW_TRACKING_URI": server}
     proc = subprocess.run(
-        [console_script(), "batch", tmp_path / "zoo.toml", "--out", root, "--jobs", "2", "--mlflow", "--mlflow-experiment", "zoo"],
+        [
+            console_script(),
+            "batch",
+            tmp_path / "zoo.toml",
+            "--out",
+            root,
+            "--jobs",
+            "2",
+            "--mlflow",
+            "--mlflow-experiment",
+            "zoo",
+        ],
         capture_output=True,
         text=True,
         env=env,
