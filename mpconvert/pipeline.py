@@ -9,6 +9,7 @@ In memory (`convert`):
 then into a staged output folder (`save`):
 
     export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> rename into place
+         -> mlflow (with --mlflow: the folder as one run; its tracking server is checked before any work)
 
 Each stage is a method of the loaded model's kind (kinds/: a Keras model,
 a plain SavedModel's frozen graph) or a function with explicit inputs that
