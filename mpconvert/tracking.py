@@ -22,8 +22,9 @@ import logging
 import math
 import os
 import re
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -220,8 +221,6 @@ class Tracker:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)
 
 
@@ -353,12 +352,10 @@ class ParentRun:
     def options(self) -> TrackingOptions | None:
         if self.run_id is None:
             return None
-        from dataclasses import replace
-
         return replace(self.tracker.options, parent_run=self.run_id)
 
-    def finish(self, summary: Mapping[str, Any], files: tuple[Path, ...], failed: bool = False) -> None:
-        """batch.json and index.html logged on the parent run, which ends FINISHED (FAILED when the batch broke)."""
+    def finish(self, summary: Mapping[str, Any], files: tuple[Path, ...]) -> None:
+        """batch.json and index.html logged on the parent run, which then ends FINISHED."""
         if self.run_id is None:
             return
         client = self.tracker.client
@@ -369,7 +366,7 @@ class ParentRun:
             for path in files:
                 if path.is_file():
                     client.log_artifact(self.run_id, str(path))
-            client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")
+            client.set_terminated(self.run_id, "FINISHED")
         except Exception as exc:
             problem = server_problem(self.tracker.options, exc)
             if not self.tracker.options.optional:
@@ -378,6 +375,15 @@ class ParentRun:
                     hint=problem.hint,
                 ) from None
             self.tracker.hooks.warning(f"MLflow parent run not completed: {problem.message}")
+
+    def fail(self) -> None:
+        """The batch broke (interrupted, or an error of its own): the parent run ends FAILED, if the server lets it.
+
+        Never raises: the batch's own error is the one to report.
+        """
+        if self.run_id is not None:
+            with contextlib.suppress(Exception):
+                self.tracker.client.set_terminated(self.run_id, "FAILED")
 
 
 def _totals(summary: Mapping[str, Any]) -> list[tuple[str, float]]:

@@ -276,6 +276,11 @@ def test_a_bare_mlflow_flag_takes_the_uri_from_the_environment(monkeypatch, tmp_
     assert mpconvert.api.tracking_options(mlflow=True).uri == "http://127.0.0.1:5000"
     assert mpconvert.api.tracking_options(mlflow="http://other:80").uri == "http://other:80"
     assert mpconvert.api.tracking_options().enabled is False
+    # A batch worker rebuilds them from JSON, the URI already resolved (its own environment may lack it).
+    resolved = mpconvert.api.tracking_options(mlflow=True, register="m", mlflow_experiment="e")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    again = TrackingOptions(**json.loads(json.dumps({**resolved.spec(), "parent_run": "abc"})))
+    assert again.uri == "http://127.0.0.1:5000" and again.register == "m" and again.parent_run == "abc"
 
 
 def test_register_needs_a_server_and_the_savedmodel(tmp_path):
@@ -372,3 +377,27 @@ def test_a_batch_is_a_parent_run_with_one_child_per_model(server, tmp_path):
     fetched = Path(mlflow.artifacts.download_artifacts(run_id=parent.info.run_id, tracking_uri=server))
     assert json.loads((fetched / "batch.json").read_text()) == summary
     assert (fetched / "index.html").read_bytes() == (root / "index.html").read_bytes()
+
+
+def test_several_outputs_get_their_own_metrics_and_version_tags():
+    from mpconvert.tracking import drop_tags
+
+    stored = {
+        "passed": False,
+        "gate": {
+            "checks": [
+                {"name": "accuracy gate: digit", "passed": True, "values": {"metric": "accuracy", "drop": 0.004}},
+                {"name": "mse gate: ink", "passed": False, "values": {"drop": 0.03, "max_drop": 0.02, "ok": True}},
+                {"name": "drift: aux", "passed": True, "values": {"max_abs_diff": float("nan")}},
+            ]
+        },
+        "validation": {"drop": None, "outputs": [{"name": "digit", "drop": 0.004}, {"name": "ink", "drop": 0.03}]},
+    }
+    # Text, booleans and non-finite values are not figures; every number is, under its output's check.
+    assert gate_metrics(stored) == {
+        "passed": 0.0,
+        "accuracy_gate/digit/drop": 0.004,
+        "mse_gate/ink/drop": 0.03,
+        "mse_gate/ink/max_drop": 0.02,
+    }
+    assert drop_tags(stored) == {"mpconvert.drop.digit": "0.004", "mpconvert.drop.ink": "0.03"}

@@ -148,12 +148,12 @@ def batch_command(
                 run = run_batch(jobs_list, options, progress.event)
         except KeyboardInterrupt as exc:
             if parent:
-                parent.finish({}, (), failed=True)
+                parent.fail()
             click.echo("interrupted: workers stopped; the batch summary records what finished", err=True)
             return getattr(exc, "exit_code", 130)
         except BaseException:
             if parent:
-                parent.finish({}, (), failed=True)
+                parent.fail()
             raise
         if parent:
             _finish_parent(parent, run, root)
