@@ -401,3 +401,23 @@ def test_several_outputs_get_their_own_metrics_and_version_tags():
         "mse_gate/ink/max_drop": 0.02,
     }
     assert drop_tags(stored) == {"mpconvert.drop.digit": "0.004", "mpconvert.drop.ink": "0.03"}
+
+
+def test_an_s3_output_is_logged_from_its_local_copy_with_the_same_files(server, tmp_path):
+    pytest.importorskip("s3fs")
+    from moto_s3 import moto_s3
+
+    with moto_s3("models") as (_, fs, _):
+        result = invoke(*BASE, "--out", "s3://models/cancer", "--mlflow", server, "--mlflow-experiment", "s3")
+        assert result.exit_code == 0, result.output + result.stderr
+        uploaded = {
+            path.split("models/cancer/", 1)[1]: fs.cat_file(path)
+            for path in fs.find("models/cancer")
+            if fs.isfile(path)
+        }
+    client = MlflowClient(server)
+    (run,) = runs_of(client, "s3")
+    assert set(artifact_paths(client, run.info.run_id)) == set(uploaded)
+    fetched = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, tracking_uri=server))
+    assert (fetched / "report.json").read_bytes() == uploaded["report.json"]
+    assert (fetched / "model.onnx").read_bytes() == uploaded["model.onnx"]
