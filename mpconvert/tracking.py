@@ -85,9 +85,21 @@ def _reason(exc: BaseException) -> str:
     return first[:200]
 
 
+def _answered(exc: BaseException) -> int | None:
+    """The HTTP status the server answered with; None when no answer came (MLflow then says 500 all the same)."""
+    try:
+        from mlflow.exceptions import RestException
+    except ImportError:
+        return None
+    if isinstance(exc, RestException):  # an error answer in MLflow's JSON form
+        return int(exc.get_http_status_code())
+    found = re.search(r"failed with error code (\d{3})", str(exc))  # any other answer that was not 200
+    return int(found.group(1)) if found else None
+
+
 def server_problem(options: TrackingOptions, exc: BaseException) -> MpconvertError:
-    """A tracking-server fault as the one message the user sees: unreachable, or access refused."""
-    status = getattr(exc, "get_http_status_code", lambda: None)()
+    """A tracking-server fault as the one message the user sees: unreachable, access refused, or an error answer."""
+    status = _answered(exc)
     code = getattr(exc, "error_code", None)
     where = f"MLflow tracking server {options.shown_uri}"
     if status in (401, 403) or code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
@@ -97,6 +109,14 @@ def server_problem(options: TrackingOptions, exc: BaseException) -> MpconvertErr
             f"{where} refused access ({word})",
             hint="set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) for it, "
             "or pass --mlflow-optional to convert untracked",
+        )
+    if status is not None:  # it answered, with an error of its own
+        # MLflow's text ends with the whole response body (an HTML page, for a URI that is no tracking server).
+        message = str(getattr(exc, "message", None) or _reason(exc)).split(". Response body", 1)[0]
+        return MpconvertError(
+            f"{where} failed a request (HTTP {status}): {message.strip().splitlines()[0][:200]}",
+            hint="check the server's log and that the URI names an MLflow tracking server (--mlflow or "
+            "MLFLOW_TRACKING_URI), or pass --mlflow-optional to convert untracked",
         )
     return MpconvertError(
         f"{where} cannot be reached: {_reason(exc)}",

@@ -421,3 +421,55 @@ def test_an_s3_output_is_logged_from_its_local_copy_with_the_same_files(server, 
     fetched = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, tracking_uri=server))
     assert (fetched / "report.json").read_bytes() == uploaded["report.json"]
     assert (fetched / "model.onnx").read_bytes() == uploaded["model.onnx"]
+
+
+@pytest.fixture
+def failing_after_check():
+    """A server that passes the pre-flight (an empty experiment search) and answers 404 to everything else."""
+
+    class Half(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = "/experiments/search" in self.path
+            body = json.dumps({"experiments": []} if ok else {"error_code": "ENDPOINT_NOT_FOUND", "message": "gone"})
+            self.send_response(200 if ok else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        do_POST = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Half)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_server_failing_while_the_run_is_logged_leaves_the_output_complete(failing_after_check, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(*BASE, "--out", out, "--mlflow", failing_after_check)
+    assert result.exit_code == 1
+    error = result.stderr.strip().splitlines()[0]
+    assert error.startswith(f"error: MLflow tracking server {failing_after_check} failed a request (HTTP 404): ")
+    assert f"after the output was written to {out}: its MLflow run is incomplete" in error
+    report = json.loads((out / "report.json").read_text())
+    assert report["passed"] is True and (out / "model.onnx").is_file() and (out / "savedmodel").is_dir()
+    optional = invoke(*BASE, "--out", tmp_path / "again", "--mlflow", failing_after_check, "--mlflow-optional")
+    assert optional.exit_code == 0, optional.stderr
+    assert [line for line in optional.stderr.splitlines() if line.startswith("warning:")] == [
+        f"warning: MLflow run not recorded: MLflow tracking server {failing_after_check} failed a request "
+        f"(HTTP 404): {error.split('(HTTP 404): ', 1)[1].split(', after', 1)[0]}"
+    ]
+
+
+def test_a_uri_that_is_no_tracking_server_fails_naming_the_http_status(server, tmp_path):
+    out = tmp_path / "out"
+    result = invoke(*BASE, "--out", out, "--mlflow", f"{server}/not-mlflow")
+    assert result.exit_code == 1 and not out.exists()
+    (error, fix) = result.stderr.strip().splitlines()
+    assert error.startswith(f"error: MLflow tracking server {server}/not-mlflow failed a request (HTTP 404): ")
+    assert "<" not in error  # not the HTML page the server answered with
+    assert "names an MLflow tracking server" in fix
