@@ -187,6 +187,12 @@ def convert(
     """
     from .pipeline import convert as run
 
+    tracking = [name for name in keywords if name in TRACKING_KEYWORDS]
+    if tracking:  # a run records a written output folder, and convert() writes none
+        raise MpconvertError(
+            f"{tracking[0]} is a keyword of Conversion.save, not of convert: MLflow records the written output",
+            hint=f"conversion = mpconvert.convert(model, policy, ...); conversion.save(out, {tracking[0]}=...)",
+        )
     options = conversion_options(model, policy, **keywords)
     return Conversion(run(options, _hooks(on_stage, on_finetune_step)))
 

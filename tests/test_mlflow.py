@@ -204,6 +204,13 @@ def test_the_python_api_saves_through_the_same_tracking(server, tmp_path):
     assert "model.onnx" not in artifact_paths(client, run.info.run_id)
 
 
+def test_convert_names_save_as_the_place_for_tracking_keywords():
+    with pytest.raises(MpconvertError) as caught:
+        mpconvert.convert(MODEL, POLICY, data=DATA, mlflow="http://127.0.0.1:1")
+    assert caught.value.message.startswith("mlflow is a keyword of Conversion.save")
+    assert "conversion.save(out, mlflow=...)" in caught.value.hint
+
+
 def test_an_unreachable_server_fails_before_any_work_and_writes_nothing(tmp_path):
     uri = f"http://127.0.0.1:{free_port()}"  # closed: nothing listens there now
     out = tmp_path / "out"
