@@ -125,6 +125,10 @@ def server_problem(options: TrackingOptions, exc: BaseException) -> MpconvertErr
     )
 
 
+class RunNotRecorded(MpconvertError):
+    """The output folder is written and complete, but the server failed while its run was logged."""
+
+
 @dataclass(frozen=True)
 class Logged:
     """What a run recorded: its id and, when --register made one, the model version."""
@@ -171,7 +175,7 @@ class Tracker:
         except Exception as exc:
             problem = server_problem(self.options, exc)
             if not self.options.optional:
-                raise MpconvertError(
+                raise RunNotRecorded(
                     f"{problem.message}, after the output was written to {folder}: its MLflow run is incomplete",
                     hint=f"the output is complete; check the server, then convert again with --force ({problem.hint})",
                 ) from None

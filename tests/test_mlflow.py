@@ -486,3 +486,20 @@ def test_a_uri_that_is_no_tracking_server_fails_naming_the_http_status(server, t
     assert error.startswith(f"error: MLflow tracking server {server}/not-mlflow failed a request (HTTP 404): ")
     assert "<" not in error  # not the HTML page the server answered with
     assert "names an MLflow tracking server" in fix
+
+
+def test_a_batch_result_whose_run_was_not_recorded_is_not_one_resume_reuses(failing_after_check, tmp_path):
+    from mpconvert.api import conversion_options
+    from mpconvert.batch.manifest import Job
+    from mpconvert.batch.worker import RESULT_NAME, job_spec, run
+    from mpconvert.tracking import RunNotRecorded
+
+    job = Job("cancer", conversion_options(MODEL, POLICY, data=DATA, finetune_steps=0))
+    out = tmp_path / "cancer" / POLICY
+    tracking = TrackingOptions(uri=failing_after_check, parent_run="parent-id").spec()
+    spec = {**job_spec(job), "out": str(out), "key": "k", "tracking": tracking}
+    with pytest.raises(RunNotRecorded):
+        run(spec)
+    # The conversion is there, but without the stamp that --resume trusts.
+    assert json.loads((out / "report.json").read_text())["passed"] is True
+    assert not (out / RESULT_NAME).exists()
