@@ -35,6 +35,7 @@ from .options import (
     ValidateOptions,
     VerifyOptions,
 )
+from .tracking_options import TRACKING_KEYWORDS, TrackingOptions
 
 if TYPE_CHECKING:
     from .report import Report
@@ -56,6 +57,12 @@ def export_options(**keywords: Any) -> ExportOptions:
     """Export options from keywords (export, opset, bench_onnx)."""
     refuse_unknown(keywords, EXPORT_KEYWORDS, "export option")
     return build(ExportOptions, keywords, EXPORT_KEYWORDS)
+
+
+def tracking_options(**keywords: Any) -> TrackingOptions:
+    """MLflow tracking from keywords (mlflow, mlflow_experiment, register, mlflow_optional); off without mlflow."""
+    refuse_unknown(keywords, TRACKING_KEYWORDS, "tracking option")
+    return build(TrackingOptions, keywords, TRACKING_KEYWORDS)
 
 
 def conversion_options(model: Any, policy: str, **keywords: Any) -> ConvertOptions:
@@ -90,6 +97,7 @@ setattr(  # noqa: B010
 )
 setattr(gate_options, "__signature__", _signature(GATE_KEYWORDS))  # noqa: B010
 setattr(export_options, "__signature__", _signature(EXPORT_KEYWORDS))  # noqa: B010
+setattr(tracking_options, "__signature__", _signature(TRACKING_KEYWORDS))  # noqa: B010
 
 
 class Conversion:
@@ -128,18 +136,25 @@ class Conversion:
         *,
         force: bool = False,
         on_stage: Callable[[str], None] | None = None,
-        **export: Any,
+        **keywords: Any,
     ) -> dict:
         """Write and re-check the artifacts into `out` (staged: whole or nothing); returns the final report.
 
-        `export` takes the export keywords (export, opset, bench_onnx; see
+        `keywords` are the export keywords (export, opset, bench_onnx; see
         options.EXPORT_KEYWORDS): export=("savedmodel",) writes only the
         SavedModel; bench_onnx also times the ONNX file against a float32
-        export (one more export).
+        export (one more export); and the tracking keywords:
+        mlflow="http://HOST:5000" (or True for MLFLOW_TRACKING_URI) records
+        the written folder as an MLflow run, register="NAME" also registers
+        the SavedModel when the gate passed, mlflow_experiment,
+        mlflow_optional.
         """
         from .pipeline import save
 
-        options = SaveOptions(out, export_options(**export), force)  # a URL stays a string: object storage
+        export = {k: v for k, v in keywords.items() if k not in TRACKING_KEYWORDS}
+        tracking = tracking_options(**{k: v for k, v in keywords.items() if k in TRACKING_KEYWORDS})
+        # A URL stays a string: object storage.
+        options = SaveOptions(out, export_options(**export), force, tracking=tracking)
         self._report, _ = save(self._converted, options, _hooks(on_stage, None))
         return self.report
 
@@ -172,6 +187,12 @@ def convert(
     """
     from .pipeline import convert as run
 
+    tracking = [name for name in keywords if name in TRACKING_KEYWORDS]
+    if tracking:  # a run records a written output folder, and convert() writes none
+        raise MpconvertError(
+            f"{tracking[0]} is a keyword of Conversion.save, not of convert: MLflow records the written output",
+            hint=f"conversion = mpconvert.convert(model, policy, ...); conversion.save(out, {tracking[0]}=...)",
+        )
     options = conversion_options(model, policy, **keywords)
     return Conversion(run(options, _hooks(on_stage, on_finetune_step)))
 

@@ -19,6 +19,8 @@ class Hooks:
     finetune_step: StepCallback | None = None
     # Said before converting, e.g. that float16 cannot be fast on this CPU.
     warning: Callable[[str], None] = lambda text: None
+    # Said after the output is written, e.g. the MLflow run it was recorded as.
+    note: Callable[[str], None] = lambda text: None
     # Whether the caller can run itself again with oneDNN's rewrites off
     # (speed.slow_kernel.Restart): the command line and batch workers can.
     may_restart: bool = False

@@ -49,6 +49,8 @@ class Keyword:
     rule_note: str = ""  # said after the range in an error, e.g. "(0 turns padding off)"
     flag: str = ""  # the CLI flag when it is not --name-with-dashes
     metavar: str = ""
+    # A str flag whose value may be left out (`--mlflow` or `--mlflow URI`): what the bare flag gives.
+    flag_value: str | None = None
     # A gate threshold: `mpconvert check` takes it too, and there an absent one keeps the report's value.
     gate: bool = False
     # Filled in by `table`: where the value goes (options class, field name), and its default.

@@ -17,6 +17,7 @@ from typing import Any
 from .errors import MpconvertError
 from .keywords import Keyword, check_ranges, keyword, table
 from .precision import Precision
+from .tracking_options import TrackingOptions
 from .urls import is_url, local_path, output_url
 
 
@@ -516,6 +517,8 @@ class SaveOptions:
     attachments: tuple[tuple[str, Any], ...] = ()
     # The command line that asked for this run, for the report's provenance; None from the Python API.
     command: tuple[str, ...] | None = None
+    # Where the written output is recorded as an MLflow run (tracking_options.py); off by default.
+    tracking: TrackingOptions = TrackingOptions()
 
     def __post_init__(self) -> None:
         # A URL stays a string (pathlib would collapse "s3://" into "s3:/"); it is checked

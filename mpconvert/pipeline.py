@@ -9,6 +9,7 @@ In memory (`convert`):
 then into a staged output folder (`save`):
 
     export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> rename into place
+         -> mlflow (with --mlflow: the folder as one run; its tracking server is checked before any work)
 
 Each stage is a method of the loaded model's kind (kinds/: a Keras model,
 a plain SavedModel's frozen graph) or a function with explicit inputs that
@@ -67,6 +68,8 @@ from .speed import (
     warning_for,
 )
 from .speed.slow_kernel import early, guard, kernel_probe_wanted
+from .tracking import SKIPPED_STAGE, Tracker
+from .tracking import start as start_tracking
 from .urls import is_url, without_credentials
 from .validate import judge, judging
 from .writing import reported_at, write_text, writing
@@ -366,9 +369,27 @@ def written_at(options: SaveOptions, out: Path) -> Path | str:
 
 def save(converted: Converted, options: SaveOptions, hooks: Hooks = NO_HOOKS) -> tuple[Report, Path | str]:
     """Write and re-check the artifacts; the output folder (or prefix) appears whole or not at all."""
+    tracker = start_tracking(options.tracking, options.export.kinds, hooks)
     with _claimed(options, list(converted.inputs)) as out:
-        report = _write(converted, out, options, hooks)
+        report = _write_tracked(converted, out, options, hooks, tracker)
     return report, written_at(options, out)
+
+
+def _write_tracked(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, tracker: Tracker) -> Report:
+    """Write the output, then record it as an MLflow run when asked.
+
+    Logged from `out` while the claim still holds it: for a local output the
+    final folder, for object storage the complete local copy, before the
+    upload (which then carries the same files).
+    """
+    if tracker.skipped is not None:  # --mlflow-optional and a server that failed its check: the report says so
+        skipped = (*converted.report.skipped, Skipped(SKIPPED_STAGE, tracker.skipped))
+        converted = dataclasses.replace(converted, report=dataclasses.replace(converted.report, skipped=skipped))
+    report = _write(converted, out, options, hooks)
+    if tracker.active:
+        hooks.stage("mlflow")
+        tracker.log(report.to_json(), out)
+    return report
 
 
 def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
@@ -427,8 +448,10 @@ def convert_and_save(
     """The command line's job: claim the output folder before any work, then convert and write.
 
     A folder that cannot be written, or that another run holds, fails here,
-    before minutes of loading and fine-tuning.
+    before minutes of loading and fine-tuning, and so does an MLflow
+    tracking server that cannot be reached or refuses access.
     """
+    tracker = start_tracking(save_options.tracking, save_options.export.kinds, hooks)  # a server that is down, too
     with _claimed(save_options, list(read_files(options))) as out:
-        report = _write(convert(options, hooks), out, save_options, hooks)
+        report = _write_tracked(convert(options, hooks), out, save_options, hooks, tracker)
     return report, written_at(save_options, out)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import MpconvertError
 from ..keywords import Keyword, check_ranges, keyword, table
+from ..tracking_options import TrackingOptions
 
 EXECUTORS = ("local", "ray")
 
@@ -25,6 +26,8 @@ class BatchOptions:
     shard: tuple[int, int] | None = None  # (I, N), I from 1
     shard_source: str | None = None  # why this shard: "--shard 1/4", or the scheduler's variables
     command: tuple[str, ...] | None = None  # the batch's command line, in each model's report provenance
+    # MLflow: each worker's conversion is a child run of the batch's parent run (its id in parent_run).
+    tracking: TrackingOptions | None = None
     # The gate's --baseline and --max-regression take a report.json; a batch compares whole batches.
     baseline: Path | None = keyword(
         None,

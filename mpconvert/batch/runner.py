@@ -215,6 +215,7 @@ class _Runner:
             "key": key,
             "parent": os.getpid(),
             "command": self.options.command,
+            "tracking": self.options.tracking.spec() if self.options.tracking else None,
         }
         # Not with_suffix: a model name may hold dots ("resnet.v2").
         stem = str(self.work / job.folder.replace("/", "__"))

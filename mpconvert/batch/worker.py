@@ -81,8 +81,11 @@ def run(spec: dict) -> dict:
     from ..hooks import Hooks
     from ..options import SaveOptions
     from ..pipeline import convert_and_save
+    from ..tracking import RunNotRecorded
+    from ..tracking_options import TrackingOptions
 
     options, export = job_options(spec)
+    tracking = spec.get("tracking")
     stamp = {"key": spec["key"], "model": spec["given_path"], "policy": spec["policy"]}
     command = spec.get("command")
     save = SaveOptions(
@@ -91,8 +94,14 @@ def run(spec: dict) -> dict:
         force=True,
         attachments=((RESULT_NAME, stamp),),
         command=None if command is None else tuple(command),
+        tracking=TrackingOptions(**tracking) if tracking else TrackingOptions(),
     )
-    report, _ = convert_and_save(options, save, Hooks(may_restart=True))
+    try:
+        report, _ = convert_and_save(options, save, Hooks(may_restart=True))
+    except RunNotRecorded:
+        # Written but not tracked: without its stamp, --resume converts (and logs) it again instead of reusing it.
+        (Path(spec["out"]) / RESULT_NAME).unlink(missing_ok=True)
+        raise
     status = "passed" if report.passed else "gate_failed"
     failed = [c.name for c in report.gate.failed]
     return {"status": status, "message": "" if report.passed else "failed: " + ", ".join(failed)}

@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
+    from ..batch.runner import BatchRun
     from ..batch.shards import Shard
+    from ..tracking import ParentRun
+    from ..tracking_options import TrackingOptions
 
 from ..batch.options import BATCH_KEYWORDS, BatchOptions
 from .flags import (
@@ -21,6 +24,7 @@ from .flags import (
     output_flags,
     policy_option,
     quiet_option,
+    tracking_flags,
 )
 from .outputs import Outputs, Renderings
 from .process import command_line, run_action
@@ -84,6 +88,7 @@ def batch_renderings() -> Renderings:
 @keyword_flags(BATCH_KEYWORDS.values())
 @conversion_flags(given_only=True, exclude=tuple(BATCH_KEYWORDS))
 @gate_flags(stored=False, exclude=tuple(BATCH_KEYWORDS))
+@tracking_flags
 @output_flags("batch summary")
 @quiet_option
 @debug_option
@@ -98,6 +103,7 @@ def batch_command(
     shard,
     shards,
     conversion,
+    tracking,
     junit,
     summary,
     as_json,
@@ -108,11 +114,13 @@ def batch_command(
     """Convert many models: a TOML manifest, or every model found under DIR.
 
     Options of the main command given here apply to every model, under what
-    the manifest sets itself. Each model converts in its own process.
+    the manifest sets itself. Each model converts in its own process. With
+    --mlflow the batch is a parent run and each conversion a child run.
     """
     outputs = Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
+        from ..api import tracking_options
         from ..batch.manifest import folder_jobs, load_manifest
         from ..batch.runner import run_batch
         from ..render import BatchProgress
@@ -120,6 +128,7 @@ def batch_command(
         chosen = _shard(shard, shards)
         given = {**conversion, **({"policy": policy} if policy else {})}
         jobs_list = folder_jobs(source, given) if source.is_dir() else load_manifest(source, given)
+        parent = _parent_run(tracking_options(**tracking), source, chosen, quiet)
         options = BatchOptions(
             root=root,
             jobs=jobs,
@@ -129,6 +138,7 @@ def batch_command(
             shard=(chosen.index, chosen.count) if chosen else None,
             shard_source=chosen.source if chosen else None,
             command=command_line(),
+            tracking=parent.options if parent else None,
             **declared,
         )
         if chosen and not quiet:
@@ -137,8 +147,16 @@ def batch_command(
             with BatchProgress(quiet or outputs.stdout_taken, total=len(jobs_list)) as progress:
                 run = run_batch(jobs_list, options, progress.event)
         except KeyboardInterrupt as exc:
+            if parent:
+                parent.fail()
             click.echo("interrupted: workers stopped; the batch summary records what finished", err=True)
             return getattr(exc, "exit_code", 130)
+        except BaseException:
+            if parent:
+                parent.fail()
+            raise
+        if parent:
+            _finish_parent(parent, run, root)
         if chosen is not None and run.combined and not quiet:
             click.echo(f"shard {chosen.index}/{chosen.count} finished last: {run.path} combines all shards", err=True)
         outputs.emit(run.result, run.path, batch_renderings())
@@ -151,6 +169,39 @@ def batch_command(
         return run.result["exit_code"]
 
     sys.exit(run_action(debug, action))
+
+
+def _parent_run(tracking: TrackingOptions, source: Path, chosen: Shard | None, quiet: bool) -> ParentRun | None:
+    """The batch's MLflow parent run, made after the server's check and before any worker starts; None untracked."""
+    if not tracking.enabled:
+        return None
+    from ..hooks import Hooks
+    from ..tracking import parent_run
+
+    def say(prefix: str):
+        return (lambda text: None) if quiet else (lambda text: click.echo(prefix + text, err=True))
+
+    name = f"batch {source.name}" + (f" (shard {chosen.index}/{chosen.count})" if chosen else "")
+    return parent_run(tracking, name, Hooks(warning=say("warning: "), note=say("")))
+
+
+def _finish_parent(parent: ParentRun, run: BatchRun, root: str) -> None:
+    """batch.json and index.html on the parent run: the root's own files, or for object storage a local rendering."""
+    import tempfile
+
+    from ..batch.results import BATCH_NAME, write_batch
+    from ..batch.storage import is_url
+    from ..render.html import INDEX_HTML, write_batch_page
+
+    if not is_url(root):
+        summary = Path(run.path)  # a shard that did not finish last has only its own summary, and no page
+        page = (summary.parent / INDEX_HTML,) if summary.name == BATCH_NAME else ()
+        parent.finish(run.result, (summary, *page))
+        return
+    with tempfile.TemporaryDirectory(prefix="mpconvert-batch-page-") as tmp:
+        write_batch(Path(tmp) / BATCH_NAME, run.result)
+        write_batch_page(run.result, Path(tmp))
+        parent.finish(run.result, (Path(tmp) / BATCH_NAME, Path(tmp) / INDEX_HTML))
 
 
 def _shard(shard: str | None, shards: int | None) -> Shard | None:

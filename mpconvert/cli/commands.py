@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from ..api import conversion_options, export_options, gate_options
+from ..api import conversion_options, export_options, gate_options, tracking_options
 from ..options import EXPORT_KEYWORDS, VERIFY_KEYWORDS, SaveOptions, default_out_dir
 from ..precision import POLICIES
 from ..process import allow_restart, restart, restart_allowed, silence_frameworks, unwind_on_sigterm
@@ -33,6 +33,7 @@ from .flags import (
     output_flags,
     policy_option,
     quiet_option,
+    tracking_flags,
 )
 from .outputs import Outputs, Renderings
 from .process import COMMAND_LINE, command_line, run_action
@@ -107,10 +108,11 @@ def split_export(conversion: dict) -> tuple[dict, dict]:
 @click.option("--force", is_flag=True, help="Replace a non-empty output folder.")
 @conversion_flags()
 @gate_flags(stored=False)
+@tracking_flags
 @output_flags()
 @quiet_option
 @debug_option
-def convert_command(model, policy, out, force, conversion, junit, summary, as_json, quiet, debug):
+def convert_command(model, policy, out, force, conversion, tracking, junit, summary, as_json, quiet, debug):
     """Convert MODEL to mixed precision: a .keras or .h5 (.hdf5) file, or a SavedModel folder.
 
     A SavedModel with keras_metadata.pb (tf.keras 2.x) is converted layer by
@@ -131,7 +133,11 @@ def convert_command(model, policy, out, force, conversion, junit, summary, as_js
         keywords, export = split_export(conversion)
         options = conversion_options(model, policy, **keywords)
         save = SaveOptions(
-            out or default_out_dir(model, policy), export_options(**export), force, command=command_line()
+            out or default_out_dir(model, policy),
+            export_options(**export),
+            force,
+            command=command_line(),
+            tracking=tracking_options(**tracking),
         )
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
             hooks = dataclasses.replace(display.hooks(), may_restart=restart_allowed())

@@ -22,6 +22,7 @@ from ..errors import MpconvertError
 from ..keywords import Keyword
 from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds, check_tolerance
 from ..precision import POLICIES
+from ..tracking_options import TRACKING_KEYWORDS
 from ..urls import is_url, without_credentials
 
 
@@ -154,10 +155,15 @@ def option_for(spec: Keyword, stored: bool = False, help_text: str | None = None
         kwargs["callback"] = per_output_parser(spec)
     elif spec.kind == "path":
         kwargs["type"] = LocalPath()
+    elif spec.flag_value is not None:
+        kwargs["is_flag"] = False
+        kwargs["flag_value"] = spec.flag_value
     elif spec.choices:
         kwargs["type"] = click.Choice(spec.choices)
         if spec.default is not None:
             kwargs["default"] = spec.default
+    elif spec.default is not None:  # a plain str: None from click would replace the declared default
+        kwargs["default"] = spec.default
     return click.option(flag, spec.name, **kwargs)
 
 
@@ -211,6 +217,17 @@ def conversion_flags(given_only: bool = False, exclude: tuple[str, ...] = ()):
         return keyword_flags(CONVERSION_FLAG_KEYWORDS.values())(wrapper)
 
     return decorate
+
+
+def tracking_flags(command):
+    """--mlflow, --mlflow-experiment, --register and --mlflow-optional, passed to the command as one `tracking` dict."""
+
+    @functools.wraps(command)
+    def wrapper(**kwargs):
+        tracking = {name: kwargs.pop(name) for name in TRACKING_KEYWORDS if name in kwargs}
+        return command(tracking=tracking, **kwargs)
+
+    return keyword_flags(TRACKING_KEYWORDS.values())(wrapper)
 
 
 def gate_flags(stored: bool, exclude: tuple[str, ...] = ()):

@@ -397,13 +397,20 @@ class LiveDisplay(Live):
 
     def hooks(self) -> Hooks:
         if not self.progress:
-            return Hooks(warning=self._warn if not self.quiet else lambda text: None)
-        return Hooks(stage=self._stage, finetune_step=self._step, warning=self._warn)
+            if self.quiet:
+                return Hooks()
+            return Hooks(warning=self._warn, note=self._note)
+        return Hooks(stage=self._stage, finetune_step=self._step, warning=self._warn, note=self._note)
 
     def _warn(self, text: str) -> None:
         """Before converting: said on stderr, also when not on a terminal (CI logs keep it)."""
         console = self.progress.console if self.progress else Console(stderr=True, highlight=False, soft_wrap=True)
         console.print(f"[yellow]warning:[/] {escape(text)}")
+
+    def _note(self, text: str) -> None:
+        """After the output is written (the MLflow run): on stderr, as the warnings."""
+        console = self.progress.console if self.progress else Console(stderr=True, highlight=False, soft_wrap=True)
+        console.print(escape(text))
 
     def _stage(self, name: str) -> None:
         if self.task is not None:  # the fine-tune bar is done once the next stage starts

@@ -10,6 +10,7 @@ import dataclasses
 
 from ..keywords import Keyword
 from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
+from ..tracking_options import TRACKING_KEYWORDS
 
 HEADER = """\
 # Options
@@ -100,6 +101,11 @@ def options_markdown() -> str:
         _section("Conversion", conversion),
         _section("Export (`save` and the main command)", EXPORT_KEYWORDS),
         _section("Gate thresholds (also `mpconvert check`)", GATE_KEYWORDS),
+        _section(
+            "MLflow tracking (the main command, `batch` and `Conversion.save`; not manifest keys: a batch is tracked "
+            "as a whole)",
+            TRACKING_KEYWORDS,
+        ),
         COMMAND_FLAGS,
     ]
     return "\n\n".join(sections) + "\n"
