@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
-from .check import (
+from .checks import (
     ACCURACY,
     AGREEMENT,
     BASELINE,

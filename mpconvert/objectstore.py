@@ -114,7 +114,9 @@ def open_store(url: str, flag: str = "--out") -> Store:
     except ImportError:
         raise MpconvertError(f"{flag} {label} needs the object storage extra (fsspec)", hint=EXTRA_HINT) from None
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        # A fresh file system each time: fsspec's instance cache would keep the endpoint and credentials
+        # the environment had when a long-lived process (a notebook, a test session) first opened one.
+        fs, path = fsspec.core.url_to_fs(url, skip_instance_cache=True)
     except ImportError as exc:  # fsspec is there, the protocol's package (s3fs, gcsfs, adlfs) is not
         raise MpconvertError(f"{flag} {label} needs its fsspec package: {first_line(exc)}", hint=EXTRA_HINT) from None
     except ValueError as exc:  # a protocol fsspec does not know

@@ -4,7 +4,7 @@ it was run at. The gate judges it at conversion, `verify` again where the file w
 
 from __future__ import annotations
 
-from .check import PARITY, Check
+from .checks import PARITY, Check
 from .sections import Artifact, ArtifactOutput
 from .thresholds import Thresholds
 from .validate import within

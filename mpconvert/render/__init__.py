@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..check import PARITY
+from ..checks import PARITY
 from ..formats import units_of
 from ..hooks import Hooks
 from ..report import EXIT_GATE

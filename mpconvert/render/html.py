@@ -21,7 +21,7 @@ from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
-from ..check import PARITY
+from ..checks import PARITY
 from ..formats import units_of
 from ..sections import PaddingReport
 from ..writing import replace_atomically
