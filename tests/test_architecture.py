@@ -73,3 +73,10 @@ def test_a_keras_conversion_skips_nothing_and_measures_activation_memory():
     assert "skipped" not in report
     assert report["speed"]["memory"]["float32_bytes"] > report["speed"]["memory"]["converted_bytes"] > 0
     assert list(report["speed"]["paths"]) == ["keras", "savedmodel"]
+
+
+def test_no_submodule_shadows_a_name_of_the_python_api():
+    # Importing mpconvert.X sets the package's attribute X: a module named like an API function
+    # (mpconvert/check.py and mpconvert.check) would replace that function for every caller.
+    modules = {p.stem for p in PACKAGE.glob("*.py")} | {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert modules & set(mpconvert.__all__) == set()
