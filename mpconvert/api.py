@@ -22,7 +22,6 @@ from .options import (
     CONVERSION_KEYWORDS,
     EXPORT_KEYWORDS,
     GATE_KEYWORDS,
-    VERIFY_KEYWORDS,
     AutoKeepOptions,
     ConvertOptions,
     ExportOptions,
@@ -33,9 +32,9 @@ from .options import (
     RewriteOptions,
     SaveOptions,
     ValidateOptions,
-    VerifyOptions,
 )
 from .tracking_options import TRACKING_KEYWORDS, TrackingOptions
+from .verify_options import VERIFY_KEYWORDS, VerifyOptions
 
 if TYPE_CHECKING:
     from .report import Report

@@ -534,46 +534,6 @@ class SaveOptions:
             object.__setattr__(self, "out", Path(self.out))
 
 
-# --provider of `verify`: ONNX Runtime's execution providers by the word a user types.
-PROVIDER_WORDS = ("auto", "cpu", "cuda", "tensorrt")
-
-
-@dataclass(frozen=True)
-class VerifyOptions:
-    """`mpconvert verify`: how to run an output folder's artifacts on the machine where it will serve."""
-
-    provider: str = keyword(
-        "auto",
-        choices=PROVIDER_WORDS,
-        help="ONNX Runtime provider for the .onnx file; auto: the best that really loads here (TensorRT, CUDA, CPU).",
-    )
-    fallback: bool = keyword(
-        False,
-        kind="bool",
-        help="Run on the CPU provider (and say so) when --provider cuda|tensorrt does not load here, "
-        "instead of failing.",
-    )
-    speed_batch: int | None = keyword(
-        None,
-        kind="int",
-        minimum=1,
-        metavar="N",
-        default_text="the batch the conversion timed",
-        help="Rows per timed call (a serving batch); the golden rows are repeated up to it.",
-    )
-    artifacts: tuple[str, ...] = keyword(
-        EXPORT_KINDS,
-        kind="kinds",
-        choices=EXPORT_KINDS,
-        help="The artifacts to verify, the ones this machine will serve (comma-separated; savedmodel includes "
-        "model.keras); the others are neither hashed nor run.",
-    )
-
-    def __post_init__(self) -> None:
-        check_ranges(self)
-        check_export_kinds(self.artifacts)
-
-
 def default_out_dir(model_path: Path, policy: str) -> Path:
     """A sibling of the model named after it and the policy.
 
@@ -600,4 +560,3 @@ CONVERSION_KEYWORDS: dict[str, Keyword] = table(
 )
 EXPORT_KEYWORDS: dict[str, Keyword] = table(ExportOptions)
 GATE_KEYWORDS: dict[str, Keyword] = table(GateOptions)
-VERIFY_KEYWORDS: dict[str, Keyword] = table(VerifyOptions)

@@ -35,7 +35,7 @@ from .digests import Digest, digest
 from .errors import MpconvertError, first_line
 from .golden import read_golden
 from .memory import peak_resident, reset_peak, resident
-from .options import DEFAULT_SPEED_BATCH, ArtifactKind, VerifyOptions
+from .options import DEFAULT_SPEED_BATCH, ArtifactKind
 from .parity import check_parity
 from .report import EXIT_GATE, EXIT_OK, REPORT_NAME, Report, mpconvert_version
 from .runners.base import Runner
@@ -53,6 +53,7 @@ from .speed.timing import timed_ms
 from .stored import read_report, stored_thresholds
 from .urls import local_path
 from .validate import max_abs_diff
+from .verify_options import VerifyOptions
 from .writing import write_text
 
 VERIFY_NAME = "verify.json"

@@ -16,10 +16,11 @@ import sys
 import click
 
 from ..api import conversion_options, export_options, gate_options, tracking_options
-from ..options import EXPORT_KEYWORDS, VERIFY_KEYWORDS, SaveOptions, default_out_dir
+from ..options import EXPORT_KEYWORDS, SaveOptions, default_out_dir
 from ..precision import POLICIES
 from ..process import allow_restart, restart, restart_allowed, silence_frameworks, unwind_on_sigterm
 from ..report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
+from ..verify_options import VERIFY_KEYWORDS
 from .batch import batch_command, batch_merge_command
 from .doctor import doctor_command
 from .flags import (
