@@ -97,3 +97,15 @@ def pytest_sessionfinish(session, exitstatus):
     if broken:
         print("\nreports that break the shipped schema:\n" + "\n".join(broken[:20]))
         session.exitstatus = 1
+
+
+def refused(result, out, *needles: str) -> str:
+    """Exit 1 with one error and one fix line holding the needles, and nothing written."""
+    err = result.stderr
+    assert result.exit_code == 1, result.output
+    assert err.count("error: ") == 1 and err.count("  fix: ") == 1, err
+    assert "conversion failed unexpectedly" not in err, err
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in {err!r}"
+    assert not out.exists()
+    return err

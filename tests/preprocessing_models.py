@@ -78,23 +78,6 @@ def tabular_npz(path):
     return path
 
 
-def hashed(path, seed: int = 0):
-    """ids -> Hashing (FarmHash, which ONNX cannot compute) -> one-hot -> classifier."""
-    import keras
-
-    keras.utils.set_random_seed(seed)
-    ids = keras.Input((1,), dtype="int64", name="ids")
-    hot = keras.layers.CategoryEncoding(num_tokens=16, output_mode="one_hot")(
-        keras.layers.Hashing(16, name="hash")(ids)
-    )
-    model = keras.Model(ids, keras.layers.Dense(2, activation="softmax", name="out")(hot))
-    d = rows()
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
-    model.fit(d["ids"][:600], d["y"][:600], epochs=3, batch_size=32, verbose=0)
-    model.save(str(path))
-    return path
-
-
 # --- string inputs --------------------------------------------------------------------------------
 
 COLORS = ["red", "green", "blue", "cyan", "magenta"]  # StringLookup's vocabulary: ids 1..5, 0 out of it
@@ -176,19 +159,26 @@ def text_tabular_npz(path, text_as: str = "unicode"):
     return path
 
 
-def string_hashed(path, seed: int = 0):
-    """color -> Hashing (FarmHash of the string, which ONNX cannot compute) -> one-hot -> classifier."""
+def hashed(path, text: bool = False, seed: int = 0):
+    """ids (or text) -> Hashing (FarmHash, which ONNX cannot compute) -> one-hot -> classifier."""
     import keras
 
     keras.utils.set_random_seed(seed)
-    color = keras.Input((1,), dtype="string", name="color")
+    name, d = ("color", text_rows()) if text else ("ids", rows())
+    given = keras.Input((1,), dtype="string" if text else "int64", name=name)
     hot = keras.layers.CategoryEncoding(num_tokens=16, output_mode="one_hot")(
-        keras.layers.Hashing(16, name="hash")(color)
+        keras.layers.Hashing(16, name="hash")(given)
     )
-    model = keras.Model(color, keras.layers.Dense(2, activation="softmax", name="out")(hot))
-    d = text_rows()
-    _fit(model, d["color"][:600], d["y"][:600], epochs=3)
+    model = keras.Model(given, keras.layers.Dense(2, activation="softmax", name="out")(hot))
+    _fit(model, d[name][:600], d["y"][:600], epochs=3)
     model.save(str(path))
+    return path
+
+
+def hashed_npz(path, text: bool = False):
+    """The validation rows of `hashed`."""
+    name, d = ("color", text_rows()) if text else ("ids", rows())
+    np.savez(path, x=d[name][600:], y=d["y"][600:])
     return path
 
 

@@ -16,24 +16,12 @@ import keras
 import multi_models as mm
 import numpy as np
 import pytest
-from conftest import SAMPLES, invoke
+from conftest import SAMPLES, invoke, refused
 
 import mpconvert
 
 DIGITS_CNN = SAMPLES / "digits_cnn.keras"  # one input, "pixels" (n, 64); softmax over 10 classes
 FAST = ["--export", "savedmodel", "--no-speed"]
-
-
-def refused(result, out, *needles: str) -> str:
-    """Exit 1 with one error and one fix line holding the needles, and nothing written."""
-    err = result.stderr
-    assert result.exit_code == 1, result.output
-    assert err.count("error: ") == 1 and err.count("  fix: ") == 1, err
-    assert "conversion failed unexpectedly" not in err, err
-    for needle in needles:
-        assert needle in err, f"{needle!r} not in {err!r}"
-    assert not out.exists()
-    return err
 
 
 def report_of(folder) -> dict:

@@ -63,12 +63,11 @@ def test_a_tabular_model_of_preprocessing_layers_converts_with_an_onnx_file(tmp_
     assert report["validation"]["drop"] <= 0.01
 
 
-def test_a_hashing_layer_is_not_exportable_to_onnx_and_the_savedmodel_serves_it(tmp_path):
-    model = pm.hashed(tmp_path / "hashed.keras")
-    d = pm.rows()
-    np.savez(tmp_path / "hashed.npz", x=d["ids"][600:], y=d["y"][600:])
+@pytest.mark.parametrize("text", [False, True], ids=["ids", "text"])
+def test_a_hashing_layer_is_not_exportable_to_onnx_and_the_savedmodel_serves_it(tmp_path, text):
+    model = pm.hashed(tmp_path / "hashed.keras", text=text)
     out = tmp_path / "out"
-    args = ["--data", tmp_path / "hashed.npz", "--out", out, "--finetune-steps", "0", "--no-speed"]
+    args = ["--data", pm.hashed_npz(tmp_path / "hashed.npz", text), "--out", out, "--finetune-steps", "0", "--no-speed"]
     result = invoke(model, "--policy", "mixed_float16", *args)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
@@ -79,3 +78,5 @@ def test_a_hashing_layer_is_not_exportable_to_onnx_and_the_savedmodel_serves_it(
     assert checks["artifact parity: onnx"]["passed"] and "not exportable" in checks["artifact parity: onnx"]["message"]
     assert checks["artifact parity: savedmodel"]["passed"]
     assert "not exportable" in result.output
+    saved = next(a for a in report["artifacts"] if a["kind"] == "savedmodel")
+    assert [(b["rows"], b["error"]) for b in saved["batches"]] == [(0, None), (1, None), (4096, None)]

@@ -17,7 +17,7 @@ import onnxruntime as ort
 import preprocessing_models as pm
 import pytest
 import tensorflow as tf
-from conftest import invoke
+from conftest import invoke, refused
 
 from mpconvert.errors import MpconvertError
 from mpconvert.onnx.checks import NotExportable
@@ -36,18 +36,6 @@ def _report(out) -> dict:
 def _export(model, path):
     spec = model.inputs[0]
     return keras_to_onnx(model, [tf.TensorSpec((None, *spec.shape[1:]), spec.dtype, name=spec.name)], path)
-
-
-def _refused(result, out, *needles: str) -> str:
-    """Exit 1 with one error line and one fix line holding the needles, and no output folder."""
-    err = result.stderr
-    assert result.exit_code == 1, result.output
-    assert err.count("error: ") == 1 and err.count("  fix: ") == 1, err
-    assert "conversion failed unexpectedly" not in err, err
-    for needle in needles:
-        assert needle in err, f"{needle!r} not in {err!r}"
-    assert not out.exists()
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -210,25 +198,6 @@ def test_a_model_with_a_string_input_converts_and_every_artifact_serves_it(tmp_p
     assert all(f"ok   runs: {kind}: on " in verified.output for kind in served), verified.output
 
 
-def test_a_hashed_string_input_converts_with_the_onnx_file_not_exportable(tmp_path):
-    model = pm.string_hashed(tmp_path / "hashed.keras")
-    d = pm.text_rows()
-    np.savez(tmp_path / "hashed.npz", x=d["color"][600:], y=d["y"][600:])
-    out = tmp_path / "out"
-    args = ["--data", tmp_path / "hashed.npz", "--out", out, "--finetune-steps", "0", "--no-speed"]
-    result = invoke(model, "--policy", "mixed_float16", *args)
-    assert result.exit_code == 0, result.output
-    report = _report(out)
-    onnx = next(a for a in report["artifacts"] if a["kind"] == "onnx")
-    assert onnx["exportable"] is False and onnx["path"] is None and not (out / "model.onnx").exists()
-    assert "not exportable to ONNX: layer 'hash'" in onnx["reason"] and "FarmHash" in onnx["reason"]
-    checks = {c["name"]: c for c in report["gate"]["checks"]}
-    assert checks["artifact parity: onnx"]["passed"] and "not exportable" in checks["artifact parity: onnx"]["message"]
-    assert checks["artifact parity: savedmodel"]["passed"]
-    saved = next(a for a in report["artifacts"] if a["kind"] == "savedmodel")
-    assert [(b["rows"], b["error"]) for b in saved["batches"]] == [(0, None), (1, None), (4096, None)]
-
-
 def test_text_vectorization_converts_and_its_standardization_is_not_exportable_to_onnx(tmp_path):
     import keras
 
@@ -257,11 +226,11 @@ def test_an_object_array_in_the_npz_is_refused_with_the_fixed_width_form(tmp_pat
     np.savez(data, color=d["color"].astype(object), ids=d["ids"], num=d["num"], y=d["y"])
     out = tmp_path / "out"
     result = invoke(text_model, "--policy", "mixed_float16", "--data", data, "--out", out, "--no-speed")
-    err = _refused(result, out, "object arrays ('color')", "pickl", "np.array(list_of_str)", "not dtype=object")
+    err = refused(result, out, "object arrays ('color')", "pickl", "np.array(list_of_str)", "not dtype=object")
     assert "Traceback" not in err
 
 
-def test_text_is_read_as_unicode_and_bytes_that_are_not_utf8_are_refused():
+def test_text_is_read_as_unicode_and_bytes_that_are_not_utf8_arerefused():
     # Bytes decode as UTF-8, objects of str or bytes become fixed-width unicode; the shape is kept.
     got = check_input("data", "color", np.array([[b"gr\xc3\xbcn"], [b"red"]]), COLOR)
     assert got.dtype == np.dtype("<U4") and got.tolist() == [["grün"], ["red"]]
@@ -332,7 +301,7 @@ def test_a_model_that_returns_text_is_refused_naming_the_output(tmp_path):
     keras.Model(x, [keras.layers.Activation("softmax", name="p")(scores), names]).save(path)
     out = tmp_path / "out"
     result = invoke(path, "--policy", "mixed_float16", "--out", out, "--no-speed")
-    _refused(result, out, "output 'names' is a string tensor, made by 'names' (StringLookup)", "ids")
+    refused(result, out, "output 'names' is a string tensor, made by 'names' (StringLookup)", "ids")
 
 
 def test_the_litert_file_takes_the_text_and_serves_every_batch(tmp_path):
