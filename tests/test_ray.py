@@ -164,6 +164,8 @@ def test_a_ray_batch_survives_a_killed_worker_and_matches_a_local_batch(cluster,
     retried = wait_for(lambda: [c for c in float16_job() if c[1] != ray_worker], "Ray to retry the task", batch)
     assert retried[0][0] != pid
     stdout, stderr = batch.communicate(timeout=600)
+    # The killed task's work folder on the node is gone too: the next task there removed it.
+    assert not Path(spec["result"]).parent.exists()
     assert batch.returncode == 1, stderr  # the broken model is an error; both conversions pass
     summary = json.loads(stdout)
     assert summary["executor"] == "ray"

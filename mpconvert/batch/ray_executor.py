@@ -38,6 +38,7 @@ from ..writing import writing
 
 RETRIES = 3  # Ray's own default for a task whose worker died
 _CONNECT_SECONDS = 5.0
+_PREFIX = "mpconvert-ray-"  # a task's work folder on its node
 _KILLED = -9  # what a cancelled or lost task reads as: the local executor's SIGKILL
 
 
@@ -49,8 +50,10 @@ def convert_remotely(spec: dict) -> dict:
     in the batch's working folder where the node has it, as a local worker
     does, so that `--import` finds the same modules.
     """
-    with tempfile.TemporaryDirectory(prefix="mpconvert-ray-") as tmp:
+    _remove_orphans()
+    with tempfile.TemporaryDirectory(prefix=_PREFIX) as tmp:
         work = Path(tmp)
+        (work / "pid").write_text(str(os.getpid()))
         spec = {
             **spec,
             "out": str(work / "out"),
@@ -82,6 +85,17 @@ def convert_remotely(spec: dict) -> dict:
             "archive": archive,
             "node": socket.gethostname(),
         }
+
+
+def _remove_orphans() -> None:
+    """The folders of earlier tasks on this node whose process was killed before it could remove its own."""
+    for folder in Path(tempfile.gettempdir()).glob(_PREFIX + "*"):
+        try:
+            os.kill(int((folder / "pid").read_text()), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (OSError, ValueError):  # not ours to judge: another user's, or one being made
+            continue
 
 
 def _ray() -> Any:
