@@ -10,9 +10,15 @@ from .thresholds import Thresholds
 from .validate import within
 
 
-def check_parity(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
-    """The artifact against the converted model on the validation rows, and at the batch sizes it was run at."""
-    check = _parity_on_rows(artifact, thresholds, keras_nonfinite)
+def check_parity(
+    artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool, served_elsewhere: bool = True
+) -> Check:
+    """The artifact against the converted model on the validation rows, and at the batch sizes it was run at.
+
+    `served_elsewhere`: another serving file (SavedModel, ONNX, LiteRT) was written, so a format that cannot
+    express the model is said and passes; without one, the run has nothing to serve and fails.
+    """
+    check = _parity_on_rows(artifact, thresholds, keras_nonfinite, served_elsewhere)
     limit = check.values["limit"]
     if artifact.failed or not artifact.batches or limit is None:
         return check
@@ -34,7 +40,7 @@ def check_parity(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bo
     return Check(check.name, False, f"{check.message}; {why}", values)
 
 
-def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool) -> Check:
+def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool, served_elsewhere: bool) -> Check:
     kind, diff = artifact.kind, artifact.max_abs_diff
     # Reports written before max_abs_ref existed get the atol alone.
     ref = artifact.max_abs_ref or 0.0
@@ -49,7 +55,10 @@ def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite:
     }
     if not artifact.exportable:
         # Not a parity failure: the format cannot express the model, and the other artifacts serve it.
-        return Check(name, True, f"{artifact.reason} (nothing written)", values)
+        if served_elsewhere:
+            return Check(name, True, f"{artifact.reason} (nothing written)", values)
+        alone = "nothing written, and no other file serves the model: add --export savedmodel"
+        return Check(name, False, f"{artifact.reason} ({alone})", values)
     if artifact.failed:
         return Check(name, False, f"{kind} export failed: {artifact.reason}", values)
     if limit is None:

@@ -80,3 +80,19 @@ def test_a_hashing_layer_is_not_exportable_to_onnx_and_the_savedmodel_serves_it(
     assert "not exportable" in result.output
     saved = next(a for a in report["artifacts"] if a["kind"] == "savedmodel")
     assert [(b["rows"], b["error"]) for b in saved["batches"]] == [(0, None), (1, None), (4096, None)]
+
+
+def test_a_format_that_cannot_express_the_model_fails_when_it_was_the_only_file_asked_for(tmp_path):
+    model = pm.hashed(tmp_path / "hashed.keras")
+    out = tmp_path / "out"
+    args = ["--data", pm.hashed_npz(tmp_path / "hashed.npz"), "--out", out, "--finetune-steps", "0", "--no-speed"]
+    result = invoke(model, "--policy", "mixed_float16", *args, "--export", "onnx")
+    # Nothing would serve the model: not a pass.
+    assert result.exit_code == 3, result.output
+    report = json.loads((out / "report.json").read_text())
+    check = next(c for c in report["gate"]["checks"] if c["name"] == "artifact parity: onnx")
+    assert not check["passed"] and "no other file serves the model: add --export savedmodel" in check["message"]
+    assert [c["name"] for c in report["gate"]["checks"] if not c["passed"]] == ["artifact parity: onnx"]
+    assert not (out / "model.onnx").exists()
+    # The stored report re-judges to the same verdict.
+    assert invoke("check", out / "report.json").exit_code == 3
