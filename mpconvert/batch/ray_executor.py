@@ -208,8 +208,9 @@ class RayExecutor:
             self.stdout.__exit__(None, None, None)
             raise MpconvertError(
                 f"cannot connect to Ray at {self.address}: {str(exc).strip().splitlines()[0][:300]}",
-                hint="check --ray-address / RAY_ADDRESS, RAY_AUTH_TOKEN where the cluster takes token "
-                "authentication, and that the cluster's Ray version is this one's",
+                hint="check --ray-address / RAY_ADDRESS and that the cluster's Ray version is this one's; a cluster "
+                "with token authentication (a head started where ~/.ray/auth_token exists takes it) needs "
+                "RAY_AUTH_MODE=token and its token (RAY_AUTH_TOKEN, or ~/.ray/auth_token) here",
             ) from None
         self.remote = self.ray.remote(num_cpus=1, max_retries=RETRIES)(convert_remotely)
 
