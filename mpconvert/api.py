@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import MpconvertError
+from .gate_options import GateOptions
 from .hooks import Hooks
 from .keywords import Keyword, build, refuse_unknown
 from .options import (
@@ -26,7 +27,6 @@ from .options import (
     ConvertOptions,
     ExportOptions,
     FinetuneOptions,
-    GateOptions,
     LoadOptions,
     PadOptions,
     RewriteOptions,

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from .artifact_kinds import ArtifactKind
 from .digests import Digest, digest
 from .errors import MpconvertError, WriteError
 from .onnx.checks import NotExportable
-from .options import ArtifactKind
 from .runners.base import Runner, RunResult
 from .runners.litert import LiteRTRunner
 from .runners.onnx import EXTENDED, OnnxRunner

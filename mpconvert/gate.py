@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
+from .artifact_kinds import ArtifactKind
 from .checks import (
     ACCURACY,
     AGREEMENT,
@@ -30,7 +31,6 @@ from .checks import (
 from .consistency import CONSISTENCY, Consistency
 from .data import Overlap
 from .formats import INPUT_LAYER, units_of
-from .options import ArtifactKind
 from .parity import check_parity
 from .sections import (
     Artifact,

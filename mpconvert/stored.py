@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import MpconvertError
-from .options import DEFAULT_MAX_DROP
+from .gate_options import DEFAULT_MAX_DROP
 from .precision import POLICIES
 from .schema import check_version
 from .sections import Validation

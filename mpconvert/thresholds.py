@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from .options import (
-    ARTIFACT_KINDS,
+from .artifact_kinds import ARTIFACT_KINDS
+from .gate_options import (
     DEFAULT_ATOL,
     DEFAULT_MAX_DROP,
     DEFAULT_MAX_OVERLAP,

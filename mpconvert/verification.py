@@ -30,12 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from .artifact_kinds import ArtifactKind
 from .artifacts import parity
 from .digests import Digest, digest
 from .errors import MpconvertError, first_line
 from .golden import read_golden
 from .memory import peak_resident, reset_peak, resident
-from .options import DEFAULT_SPEED_BATCH, ArtifactKind
+from .options import DEFAULT_SPEED_BATCH
 from .parity import check_parity
 from .report import EXIT_GATE, EXIT_OK, REPORT_NAME, Report, mpconvert_version
 from .runners.base import Runner

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .artifact_kinds import EXPORT_KINDS
 from .keywords import Keyword, check_ranges, keyword, table
-from .options import EXPORT_KINDS, check_export_kinds
+from .options import check_export_kinds
 
 # --provider of `verify`: ONNX Runtime's execution providers by the word a user types.
 PROVIDER_WORDS = ("auto", "cpu", "cuda", "tensorrt")

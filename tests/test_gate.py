@@ -18,7 +18,7 @@ from reports import make_report, stored, thresholds, typed, write
 
 from mpconvert.errors import MpconvertError
 from mpconvert.gate import evaluate
-from mpconvert.options import GateOptions
+from mpconvert.gate_options import GateOptions
 from mpconvert.render import markdown, write_junit
 from mpconvert.report import Report
 from mpconvert.stored import load_baseline, read_report, stored_thresholds

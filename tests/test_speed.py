@@ -24,7 +24,7 @@ from mpconvert import doctor
 from mpconvert.cli import cli
 from mpconvert.errors import MpconvertError
 from mpconvert.gate import SPEED, evaluate
-from mpconvert.options import GateOptions
+from mpconvert.gate_options import GateOptions
 from mpconvert.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
 from mpconvert.sections.speed import Latency

@@ -19,8 +19,9 @@ from typing import Any
 import click
 
 from ..errors import MpconvertError
+from ..gate_options import check_tolerance
 from ..keywords import Keyword
-from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds, check_tolerance
+from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds
 from ..precision import POLICIES
 from ..tracking_options import TRACKING_KEYWORDS
 from ..urls import is_url, without_credentials

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..artifact_kinds import ArtifactKind
 from ..artifacts import OVERHEAD, OnnxFile, Writer, litert_parity, onnx_parity, savedmodel_parity
 from ..context import Context
 from ..errors import MpconvertError
@@ -35,7 +36,7 @@ from ..litert import write_litert
 from ..numerics.autokeep import search_reason
 from ..numerics.lint import OVERFLOW_MARGIN, Finding, Lint
 from ..numerics.search import Goal, Search
-from ..options import LINT_ROWS, PARITY_SAMPLES, ArtifactKind, ExportOptions, RewriteOptions
+from ..options import LINT_ROWS, PARITY_SAMPLES, ExportOptions, RewriteOptions
 from ..precision import Precision
 from ..runners.graphdef import GraphDefRunner
 from ..sections import Layer, Source

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..artifact_kinds import ArtifactKind
 from ..artifacts import (
     OVERHEAD,
     OnnxFile,
@@ -39,7 +40,7 @@ from ..load import Loaded
 from ..numerics.autokeep import keep_by_lint, keep_by_search
 from ..numerics.lint import Lint
 from ..numerics.search import Goal, Search
-from ..options import ArtifactKind, ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
+from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan, pad, plan_model_padding
 from ..precision import Precision
 from ..rewrite import Plan, Rewritten, float32_copy, output_activation, plan_conversion, rewrite

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..options import ArtifactKind
+from ..artifact_kinds import ArtifactKind
 from .base import Section, known, member
 
 
