@@ -76,8 +76,6 @@ def register_tf2onnx_handlers():
             word = key[0].decode() if isinstance(key[0], bytes) else str(key[0])
             negate = node.type == "NotEqual"
             x = node.input[1 - const[0]]
-            shapes, dtypes = node.output_shapes, node.output_dtypes
-            ctx.remove_node(node.name)
             found = ctx.make_node(
                 "LabelEncoder",
                 [x],
@@ -87,15 +85,7 @@ def register_tf2onnx_handlers():
                 shapes=[ctx.get_shape(x)],
                 dtypes=[TensorProto.INT64],
             )
-            ctx.make_node(
-                "Cast",
-                [found.output[0]],
-                attr={"to": TensorProto.BOOL},
-                name=node.name,
-                outputs=node.output,
-                shapes=shapes,
-                dtypes=dtypes,
-            )
+            _replace(ctx, node, "Cast", [found.output[0]], attr={"to": TensorProto.BOOL})
 
     _Equal.version_11.__func__.numeric = numeric
 
@@ -117,17 +107,7 @@ def register_tf2onnx_handlers():
             counted = ctx.make_node(
                 "Cast", [at_or_above.output[0]], attr={"to": TensorProto.INT32}, op_name_scope=node.name
             )
-            shapes, dtypes = node.output_shapes, node.output_dtypes
-            ctx.remove_node(node.name)
-            ctx.make_node(
-                "ReduceSum",
-                [counted.output[0], axes.output[0]],
-                attr={"keepdims": 0},
-                name=node.name,
-                outputs=node.output,
-                shapes=shapes,
-                dtypes=dtypes,
-            )
+            _replace(ctx, node, "ReduceSum", [counted.output[0], axes.output[0]], attr={"keepdims": 0})
 
     @tf_op("DenseBincount")
     class _DenseBincount:
@@ -155,17 +135,7 @@ def register_tf2onnx_handlers():
             if binary:
                 one = ctx.make_const(utils.make_name(node.name + "/one"), np.array(1, dtype=np.int64))
                 counted = ctx.make_node("Min", [counted, one.output[0]], op_name_scope=node.name).output[0]
-            shapes, dtypes = node.output_shapes, node.output_dtypes
-            ctx.remove_node(node.name)
-            ctx.make_node(
-                "Cast",
-                [counted],
-                attr={"to": dtypes[0]},
-                name=node.name,
-                outputs=node.output,
-                shapes=shapes,
-                dtypes=dtypes,
-            )
+            _replace(ctx, node, "Cast", [counted], attr={"to": node.output_dtypes[0]})
 
     @tf_op("LookupTableFindV2")
     class _LookupTableFind:
@@ -195,18 +165,8 @@ def register_tf2onnx_handlers():
             else:
                 attr["keys_int64s"] = [int(k) for k in keys]
             # Elementwise: the keys' shape (TensorFlow leaves a table lookup's output shape unknown).
-            shapes, dtypes = [ctx.get_shape(node.input[1])], node.output_dtypes
-            ctx.remove_node(node.name)
-            ctx.make_node(
-                "LabelEncoder",
-                [node.input[1]],
-                attr=attr,
-                domain=ML_DOMAIN,
-                name=node.name,
-                outputs=node.output,
-                shapes=shapes,
-                dtypes=dtypes,
-            )
+            shape = ctx.get_shape(node.input[1])
+            _replace(ctx, node, "LabelEncoder", [node.input[1]], attr=attr, domain=ML_DOMAIN, shapes=[shape])
             if not ctx.find_output_consumers(table.output[0]):
                 ctx.remove_node(table.name)
             # A lookup with a mask token (mask_token=0 or "") puts the mask's id back with a SelectV2 of a
@@ -219,6 +179,14 @@ def register_tf2onnx_handlers():
                     shapes = [ctx.get_shape(name) for name in consumer.input]
                     if all(shape is not None for shape in shapes):
                         _reshape_through_identities(ctx, consumer.output[0], _broadcast(shapes))
+
+
+def _replace(ctx, node, op_type: str, inputs: list[str], shapes: list | None = None, **kwargs):
+    """`node` replaced by one `op_type` node of its name and outputs, so that its consumers read the new one;
+    `shapes`: the outputs' shapes where TensorFlow left them unknown."""
+    shapes, dtypes = shapes or node.output_shapes, node.output_dtypes
+    ctx.remove_node(node.name)
+    return ctx.make_node(op_type, inputs, name=node.name, outputs=node.output, shapes=shapes, dtypes=dtypes, **kwargs)
 
 
 def _broadcast(shapes: list[list[int]]) -> list[int]:
