@@ -78,6 +78,52 @@ def test_pages_name_no_address_and_escape_what_the_model_names(converted):
     assert "<img src=x" not in rendered
 
 
+def svg_of(page: str, title: str) -> tuple[list[tuple[float, str]], list[tuple[float, float]]]:
+    """A chart's text labels as (x, text) and its polyline's points, from the page's SVG."""
+    svg = re.search(rf'<svg[^>]*aria-label="{re.escape(title)}"(.*?)</svg>', page, re.S)
+    assert svg is not None, f"no chart {title!r}"
+    texts = [(float(x), t) for x, t in re.findall(r'<text x="([-\d.]+)"[^>]*>([^<]*)</text>', svg.group(1))]
+    (points,) = re.findall(r'<polyline[^>]*points="([^"]+)"', svg.group(1))
+    return texts, [tuple(map(float, p.split(","))) for p in points.split()]
+
+
+def test_the_fine_tune_charts_number_their_steps_and_show_the_loss_scale(converted):
+    out, report, _ = converted
+    page = (out / "report.html").read_text()
+    history = report["finetune"]["history"]  # 20 steps, each recorded
+    for title in ("fine-tune loss over the steps", "loss scale over the steps (log)"):
+        texts, points = svg_of(page, title)
+        ticks = [(x, t) for x, t in texts if t.isdigit() and x >= 70]  # the x axis: y labels end left of it
+        assert [t for _, t in ticks] == ["1", "5", "10", "15", "20"] and ("step" in [t for _, t in texts])
+        # Each number sits at its step (x linear in the step) and well inside the 640-unit chart:
+        # "step 100" centred at 630 used to be cut to "step 1".
+        (x1, _), (x20, _) = ticks[0], ticks[-1]
+        assert x20 <= 640 - 40
+        for x, t in ticks:
+            assert x == pytest.approx(x1 + (x20 - x1) * (int(t) - 1) / 19, abs=0.1)
+        # Every recorded step is a corner of the line.
+        assert {round(x, 1) for x, _ in points} == {round(x1 + (x20 - x1) * (s - 1) / 19, 1) for s in history["step"]}
+    texts, points = svg_of(page, "loss scale over the steps (log)")
+    scales = sorted(set(history["loss_scale"]))
+    assert [t for x, t in texts if x < 70 and t != "step"] == [f"{s:g}" for s in scales]
+    assert all(10 <= y < 156 for _, y in points)  # drawn above the x axis (y 156), not hidden under it
+
+
+def test_a_loss_scale_that_halves_is_drawn_as_held_steps_at_its_recorded_values():
+    from mpconvert.render.html import line_chart
+
+    chart = line_chart("scale", [1, 2, 3, 4], [32768.0, 32768.0, 16384.0, 16384.0], "scale", log=True, held=True)
+    labels = {t["text"]: t for t in chart.labels}
+    assert {"32768", "16384", "1", "2", "3", "4", "step"} == set(labels)
+    (path,) = chart.paths
+    corners = [tuple(map(float, p.split(","))) for p in path["points"].split()]
+    high, low = labels["32768"]["y"] - 4, labels["16384"]["y"] - 4
+    # Held at 32768 to step 3, where it was recorded halved, then held at 16384.
+    xs = [labels[str(s)]["x"] for s in (1, 2, 3, 4)]
+    assert corners == [(xs[0], high), (xs[1], high), (xs[2], high), (xs[2], low), (xs[3], low)]
+    assert low < 156  # above the x axis, not hidden under it
+
+
 def test_check_html_writes_the_page_of_a_recheck(converted, tmp_path):
     out, _, _ = converted
     page = tmp_path / "recheck.html"
