@@ -5,6 +5,7 @@ and read the DOM it built; they skip only where no chromium is installed.
 """
 
 import html
+import io
 import json
 import re
 import shutil
@@ -222,3 +223,53 @@ def test_a_browser_shows_the_report_and_the_batch_page(converted, batch_root, tm
     rows = re.findall(r'<tr class="model">', dom.stdout)
     assert len(rows) == len(summary["models"])
     assert all(m["name"] in text_of(dom.stdout) for m in summary["models"])
+
+
+def test_each_check_shows_the_same_few_figures_in_the_terminal_markdown_and_page(converted):
+    from mpconvert.render import markdown, render_summary
+
+    out, report, _ = converted
+    page = text_of((out / "report.html").read_text())
+    terminal = io.StringIO()
+    render_summary(report, terminal)
+    summary = markdown(report).replace("\\|", "|")
+    checks = {c["name"]: c["values"] for c in report["gate"]["checks"]}
+    onnx = checks["artifact parity: onnx"]
+    sizes = [b["rows"] for b in onnx["batches"]]
+    assert sizes[:2] == [0, 1] and onnx["rows"] == report["validation"]["rows"] == 143
+    served = ", ".join(f"{b['rows']}: {b['max_abs_diff']:.3g}" for b in onnx["batches"])
+    accuracy = checks["accuracy gate"]
+    agreement = checks["agreement"]
+    expected = [
+        f"max |diff| {onnx['max_abs_diff']:.3g}, limit {onnx['limit']:.3g}, rows 143; served rows {served}",
+        f"accuracy {accuracy['reference']:.4f} -> {accuracy['converted']:.4f}, drop {accuracy['drop']:.4f}, max 0.0100",
+        f"kept correct {agreement['kept_correct']:.2%}, min 95.00%, rows {agreement['rows']}",
+        f"20 of 20 steps, {checks['fine-tune health']['skipped_steps']} skipped",
+    ]
+    for figures in expected:
+        assert figures in page and figures in summary and figures in terminal.getvalue(), figures
+    for rendering in (page, summary, terminal.getvalue()):
+        assert "batches rows 0" not in rendering and "error none" not in rendering  # no raw dump
+
+
+def test_a_batch_a_file_cannot_serve_shows_its_error_beside_the_sizes_it_served():
+    from mpconvert.render.figures import check_figures
+
+    values = {
+        "max_abs_diff": 0.0004,
+        "max_abs_ref": 1.0,
+        "atol": 1e-05,
+        "rtol": 0.02,
+        "limit": 0.02001,
+        "rows": 256,
+        "batches": [
+            {"rows": 0, "error": "Reshape: {0,-1,8} is ambiguous", "max_abs_diff": None, "note": None},
+            {"rows": 1, "error": None, "max_abs_diff": 1.5e-09, "note": None},
+            {"rows": 4096, "error": None, "max_abs_diff": None, "note": None},
+        ],
+    }
+    shown = check_figures({"name": "artifact parity: onnx", "passed": False, "message": "", "values": values})
+    assert shown == (
+        "max |diff| 0.0004, limit 0.02, rows 256; served rows 0: failed (Reshape: {0,-1,8} is ambiguous), "
+        "1: 1.5e-09, 4096: not finite"
+    )

@@ -17,7 +17,6 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
@@ -27,6 +26,7 @@ from ..sections import PaddingReport
 from ..writing import replace_atomically
 from . import describe_source, parity_limits, speed_line
 from .common import format_bytes, format_number, layer_counts_of
+from .figures import check_figures
 
 REPORT_HTML = "report.html"
 INDEX_HTML = "index.html"
@@ -42,27 +42,12 @@ def _templates() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters.update(number=format_number, size=format_bytes, percent=_percent, value=_value)
+    environment.filters.update(number=format_number, size=format_bytes, percent=_percent, figures=check_figures)
     return environment
 
 
 def _percent(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}%}"
-
-
-def _value(value: Any) -> str:
-    """A check's value, compact: 0.0140, 3, none, or a short list."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_value(v) for v in value) or "none"
-    if isinstance(value, dict):
-        return "; ".join(f"{k} {_value(v)}" for k, v in value.items()) or "none"
-    return str(value)
 
 
 # --- charts: geometry for the templates' SVG ----------------------------------------
