@@ -33,7 +33,9 @@ from .options import (
     SaveOptions,
     ValidateOptions,
 )
+from .replay_inputs import ReplayInputs, replay_inputs
 from .tracking_options import TRACKING_KEYWORDS, TrackingOptions
+from .usercode import importing_from
 from .verify_options import VERIFY_KEYWORDS, VerifyOptions
 
 if TYPE_CHECKING:
@@ -261,55 +263,9 @@ class Replay:
         return tuple(d for d in self.compared if not d.same)
 
 
-def _unchanged(recorded: Mapping[str, Any], what: str, report: Path) -> Path:
-    """The recorded file, refused when it is gone or its bytes are not the ones the report was made from."""
-    from .digests import digest
-
-    path = Path(recorded["path"])
-    if not path.exists():
-        raise MpconvertError(
-            f"the {what} {path} that {report} was made from is not there",
-            hint=f"put the same {what} back at that path (or replay on the machine that has it)",
-        )
-    found = digest(path).sha256
-    if found != recorded["sha256"]:
-        raise MpconvertError(
-            f"the {what} {path} has changed since {report} was made: sha256 {recorded['sha256'][:12]}... "
-            f"recorded, {found[:12]}... now",
-            hint=f"replay with the {what} the report was made from; to convert this one, run mpconvert on it",
-        )
-    return path
-
-
-def replay_options(stored: Mapping[str, Any], report: Path) -> tuple[ConvertOptions, ExportOptions]:
-    """The options a report recorded, after checking that its model and data file are the ones it names."""
-    provenance = stored.get("provenance")
-    if not provenance:
-        raise MpconvertError(
-            f"{report} does not record what went in (it was written by an mpconvert before provenance)",
-            hint="convert the model again with this mpconvert; its report can be replayed",
-        )
-    if provenance["model"] is None:
-        raise MpconvertError(
-            f"{report} is of a live model handed to the Python API: there is no file to replay",
-            hint="save the model (model.save('model.keras')) and convert the file",
-        )
-    _unchanged(provenance["model"], "model", report)
-    data = provenance["data"]
-    if data["source"] == "arrays":
-        raise MpconvertError(
-            f"{report} was judged on arrays handed to the Python API: there are no rows to replay",
-            hint="save them with np.savez(path, x=..., y=...) and convert with data=path",
-        )
-    if data["file"] is not None:
-        _unchanged(data["file"], "data file", report)
-    keywords = dict(provenance["options"])
-    unrecorded = sorted(k for k, v in keywords.items() if "not recorded>" in repr(v))
-    if unrecorded:
-        raise MpconvertError(
-            f"{report} could not record {', '.join(unrecorded)} (Python objects), so the run cannot be rebuilt",
-            hint="use what the command line can name (--import MODULE for custom layers) and convert again",
-        )
+def replay_options(inputs: ReplayInputs) -> tuple[ConvertOptions, ExportOptions]:
+    """The conversion and export options of a report's checked inputs (replay_inputs.replay_inputs)."""
+    keywords = dict(inputs.keywords)
     model, policy = keywords.pop("model"), keywords.pop("policy")
     export = {k: keywords.pop(k) for k in list(keywords) if k in EXPORT_KEYWORDS}
     return conversion_options(model, policy, **keywords), export_options(**export)
@@ -326,8 +282,11 @@ def replay(
 ) -> Replay:
     """Convert again from what `report` (a report.json or its folder) recorded, into `out`, and compare.
 
-    The model and data file must be the ones the report names (same
-    sha256), else MpconvertError. `out` defaults to the report's folder
+    Every file is read by the absolute path the report recorded, after
+    checking its sha256 (the model, the data file, a baseline report, the
+    modules --import named), and the user's modules are found from the
+    folder the recorded run started in: the same conversion from any
+    folder, or MpconvertError naming the file that differs. `out` defaults to the report's folder
     name plus `_replay`, beside it; an existing non-empty folder needs
     `force`. `command` is recorded as the replay's command line (the CLI
     passes its own). `may_restart`: the command line may re-run itself with
@@ -341,12 +300,14 @@ def replay(
     path = Path(report)
     path = path / "report.json" if path.is_dir() else path
     stored = read_report(path)
-    options, export = replay_options(stored, path)
+    inputs = replay_inputs(stored, path)
+    options, export = replay_options(inputs)
     folder = path.absolute().parent
     target = out if out is not None else folder.parent / f"{folder.name}_replay"
     save = SaveOptions(target, export, force, command=command)
     hooks = dataclasses.replace(_hooks(on_stage, None), may_restart=may_restart)
-    new, written = convert_and_save(options, save, hooks)
+    with importing_from(inputs.folder):  # the user's modules, as the recorded run found them
+        new, written = convert_and_save(options, save, hooks)
     again = new.to_json()
     return Replay(path, written, again, compared(stored, again), new.exit_code)
 

@@ -152,6 +152,7 @@ def parity(
         outputs=outputs,
         sha256=written.sha256,
         batches=batches,
+        rows=len(expected[0]) if expected else None,
     )
 
 

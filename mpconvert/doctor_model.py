@@ -31,10 +31,26 @@ CALL_BUDGET_S = 2.0  # per policy in the child: the repeats after the first call
 
 
 def _child(spec: dict) -> None:
-    """Load, then per policy: rewrite, trace, time; one JSON line each (what `watch` reads)."""
+    """Load, then per policy: rewrite, trace, time; one JSON line each (what `watch` reads).
+
+    A user error (a Lambda layer without --unsafe-deserialization, an
+    --import that fails) is one line {"error", "fix"}: the parent raises it
+    again, so the doctor says what the main command says.
+    """
+    import json
+    import sys
+
+    try:
+        _time_policies(spec)
+    except MpconvertError as exc:
+        print(json.dumps({"error": exc.message, "fix": exc.hint}), flush=True)
+        sys.exit(1)
+    sys.stdout.flush()
+
+
+def _time_policies(spec: dict) -> None:
     import json
     import os
-    import sys
 
     from .kinds import open_model
     from .signature import generate_inputs
@@ -60,7 +76,6 @@ def _child(spec: dict) -> None:
             if left > 3 * first / 1000:
                 ms = median_ms({policy: run}, repeats=5, budget_s=left, warmup=0)[policy]
             print(json.dumps({"policy": policy, "ms": ms}), flush=True)
-    sys.stdout.flush()
 
 
 def _time_in_child(
@@ -104,6 +119,8 @@ def _time_in_child(
             if time.perf_counter() >= until():  # the whole budget is spent: not timed, not a kernel's fault
                 return timed, None, None
             return timed, policies[len(timed)], None
+        if "error" in line:  # the child's MpconvertError, as the main command would say it
+            raise MpconvertError(str(line["error"]), hint=line.get("fix"))
         if line.get("loaded"):
             loaded[0] = True
             if not clock:

@@ -52,6 +52,7 @@ def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite:
         "atol": thresholds.atol.get(kind),
         "rtol": thresholds.rtol.get(kind),
         "limit": limit,
+        "rows": artifact.rows,
     }
     if not artifact.exportable:
         # Not a parity failure: the format cannot express the model, and the other artifacts serve it.

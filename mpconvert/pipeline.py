@@ -68,9 +68,11 @@ from .speed import (
     warning_for,
 )
 from .speed.slow_kernel import early, guard, kernel_probe_wanted
+from .stored import report_file
 from .tracking import SKIPPED_STAGE, Tracker
 from .tracking import start as start_tracking
 from .urls import is_url, without_credentials
+from .usercode import module_file, user_folder
 from .validate import judge, judging
 from .writing import reported_at, write_text, writing
 
@@ -125,18 +127,31 @@ def proof_rows(data: EvalData) -> list[np.ndarray]:
     return [x[:PARITY_SAMPLES] for x in data.validation.inputs]
 
 
+def user_modules(options: ConvertOptions, data: EvalData) -> tuple[str, ...]:
+    """The user's modules a run imports by name: --import's, and --data module:function's."""
+    names = list(options.load.imports)
+    if data.source is DataSource.CALLABLE and isinstance(options.validate.data, str):
+        names.append(options.validate.data.split(":")[0])
+    return tuple(dict.fromkeys(names))
+
+
 def provenance(options: ConvertOptions, data: EvalData) -> Provenance:
     """What this conversion read, by content, the options that rebuild it, and the machine it ran on."""
     path = options.load.path
     data_file = InputFile.of(Path(data.path)) if data.source is DataSource.NPZ and data.path else None
     train = data.train.rows if data.train is not None else None
     given = {"model": str(path.absolute()) if path else options.load.source, "policy": options.rewrite.policy}
+    baseline = options.gate.baseline
+    files = {name: module_file(name) for name in user_modules(options, data)}
     return Provenance(
         model=InputFile.of(path) if path else None,
         data=DataRecord(str(data.source), data_file, data.validation.rows, train),
         options=recorded_options(given, keywords_of(options)),
         command=None,
         machine=probe_hardware().as_dict(),
+        folder=str(user_folder()),
+        baseline=InputFile.of(report_file(baseline)) if baseline else None,
+        modules={name: InputFile.of(file) for name, file in files.items() if file is not None},
     )
 
 

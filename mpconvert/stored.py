@@ -33,11 +33,15 @@ _VALIDATION_KEYS = (
 )
 
 
+def report_file(path: Path) -> Path:
+    """The report.json that `path` names: itself, or the one in the output folder it names."""
+    path = Path(path)
+    return path / "report.json" if path.is_dir() and (path / "report.json").is_file() else path
+
+
 def read_report(path: Path, role: str = "report") -> dict:
     """A report.json (or the output folder holding one) as a dict, or a clear error."""
-    path = Path(path)
-    if path.is_dir() and (path / "report.json").is_file():
-        path = path / "report.json"
+    path = report_file(path)
     hint = "give the report.json that an mpconvert run wrote into its output folder"
     try:
         text = path.read_text()

@@ -14,7 +14,7 @@ import subprocess
 
 import keras
 import tiny_models
-from conftest import console_script
+from conftest import console_script, invoke
 
 from mpconvert.speed.kernel_probe import CACHE_ENV, ONEDNN_ENV, STAND_IN_ENV
 from mpconvert.speed.slow_kernel import FOUND_ENV, THRESHOLD_ENV
@@ -72,3 +72,15 @@ def test_the_budget_holds_when_a_kernel_the_probe_missed_hangs(tmp_path):
     assert found["policies"]["mixed_bfloat16"]["ms"] > 0  # cheapest first: timed before the hang
     # Loading (TensorFlow's import, the model) is outside the budget; a few seconds, not the hour the child hangs.
     assert found["seconds"] < budget + 60
+
+
+def test_a_user_error_in_the_timing_child_reaches_the_user_as_the_main_command_says_it(tmp_path):
+    model = tmp_path / "lambda.keras"
+    tiny_models.lambda_model(keras).save(model)
+    done = subprocess.run([console_script(), "doctor", str(model)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    error, fix = done.stderr.strip().splitlines()
+    assert error == f"error: {model} contains Lambda layer(s) double, whose Python code would run while loading"
+    assert fix == "  fix: only if you trust this file, pass --unsafe-deserialization"
+    main = invoke(model, "--policy", "mixed_float16", "--out", tmp_path / "out")
+    assert main.exit_code == 1 and main.stderr.strip().splitlines() == [error, fix]

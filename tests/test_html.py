@@ -5,6 +5,7 @@ and read the DOM it built; they skip only where no chromium is installed.
 """
 
 import html
+import io
 import json
 import re
 import shutil
@@ -76,6 +77,52 @@ def test_pages_name_no_address_and_escape_what_the_model_names(converted):
     rendered = report_page(hostile)
     assert "<script>alert(1)</script>" not in rendered and "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered
     assert "<img src=x" not in rendered
+
+
+def svg_of(page: str, title: str) -> tuple[list[tuple[float, str]], list[tuple[float, float]]]:
+    """A chart's text labels as (x, text) and its polyline's points, from the page's SVG."""
+    svg = re.search(rf'<svg[^>]*aria-label="{re.escape(title)}"(.*?)</svg>', page, re.S)
+    assert svg is not None, f"no chart {title!r}"
+    texts = [(float(x), t) for x, t in re.findall(r'<text x="([-\d.]+)"[^>]*>([^<]*)</text>', svg.group(1))]
+    (points,) = re.findall(r'<polyline[^>]*points="([^"]+)"', svg.group(1))
+    return texts, [tuple(map(float, p.split(","))) for p in points.split()]
+
+
+def test_the_fine_tune_charts_number_their_steps_and_show_the_loss_scale(converted):
+    out, report, _ = converted
+    page = (out / "report.html").read_text()
+    history = report["finetune"]["history"]  # 20 steps, each recorded
+    for title in ("fine-tune loss over the steps", "loss scale over the steps (log)"):
+        texts, points = svg_of(page, title)
+        ticks = [(x, t) for x, t in texts if t.isdigit() and x >= 70]  # the x axis: y labels end left of it
+        assert [t for _, t in ticks] == ["1", "5", "10", "15", "20"] and ("step" in [t for _, t in texts])
+        # Each number sits at its step (x linear in the step) and well inside the 640-unit chart:
+        # "step 100" centred at 630 used to be cut to "step 1".
+        (x1, _), (x20, _) = ticks[0], ticks[-1]
+        assert x20 <= 640 - 40
+        for x, t in ticks:
+            assert x == pytest.approx(x1 + (x20 - x1) * (int(t) - 1) / 19, abs=0.1)
+        # Every recorded step is a corner of the line.
+        assert {round(x, 1) for x, _ in points} == {round(x1 + (x20 - x1) * (s - 1) / 19, 1) for s in history["step"]}
+    texts, points = svg_of(page, "loss scale over the steps (log)")
+    scales = sorted(set(history["loss_scale"]))
+    assert [t for x, t in texts if x < 70 and t != "step"] == [f"{s:g}" for s in scales]
+    assert all(10 <= y < 156 for _, y in points)  # drawn above the x axis (y 156), not hidden under it
+
+
+def test_a_loss_scale_that_halves_is_drawn_as_held_steps_at_its_recorded_values():
+    from mpconvert.render.html import line_chart
+
+    chart = line_chart("scale", [1, 2, 3, 4], [32768.0, 32768.0, 16384.0, 16384.0], "scale", log=True, held=True)
+    labels = {t["text"]: t for t in chart.labels}
+    assert {"32768", "16384", "1", "2", "3", "4", "step"} == set(labels)
+    (path,) = chart.paths
+    corners = [tuple(map(float, p.split(","))) for p in path["points"].split()]
+    high, low = labels["32768"]["y"] - 4, labels["16384"]["y"] - 4
+    # Held at 32768 to step 3, where it was recorded halved, then held at 16384.
+    xs = [labels[str(s)]["x"] for s in (1, 2, 3, 4)]
+    assert corners == [(xs[0], high), (xs[1], high), (xs[2], high), (xs[2], low), (xs[3], low)]
+    assert low < 156  # above the x axis, not hidden under it
 
 
 def test_check_html_writes_the_page_of_a_recheck(converted, tmp_path):
@@ -176,3 +223,53 @@ def test_a_browser_shows_the_report_and_the_batch_page(converted, batch_root, tm
     rows = re.findall(r'<tr class="model">', dom.stdout)
     assert len(rows) == len(summary["models"])
     assert all(m["name"] in text_of(dom.stdout) for m in summary["models"])
+
+
+def test_each_check_shows_the_same_few_figures_in_the_terminal_markdown_and_page(converted):
+    from mpconvert.render import markdown, render_summary
+
+    out, report, _ = converted
+    page = text_of((out / "report.html").read_text())
+    terminal = io.StringIO()
+    render_summary(report, terminal)
+    summary = markdown(report).replace("\\|", "|")
+    checks = {c["name"]: c["values"] for c in report["gate"]["checks"]}
+    onnx = checks["artifact parity: onnx"]
+    sizes = [b["rows"] for b in onnx["batches"]]
+    assert sizes[:2] == [0, 1] and onnx["rows"] == report["validation"]["rows"] == 143
+    served = ", ".join(f"{b['rows']}: {b['max_abs_diff']:.3g}" for b in onnx["batches"])
+    accuracy = checks["accuracy gate"]
+    agreement = checks["agreement"]
+    expected = [
+        f"max |diff| {onnx['max_abs_diff']:.3g}, limit {onnx['limit']:.3g}, rows 143; served rows {served}",
+        f"accuracy {accuracy['reference']:.4f} -> {accuracy['converted']:.4f}, drop {accuracy['drop']:.4f}, max 0.0100",
+        f"kept correct {agreement['kept_correct']:.2%}, min 95.00%, rows {agreement['rows']}",
+        f"20 of 20 steps, {checks['fine-tune health']['skipped_steps']} skipped",
+    ]
+    for figures in expected:
+        assert figures in page and figures in summary and figures in terminal.getvalue(), figures
+    for rendering in (page, summary, terminal.getvalue()):
+        assert "batches rows 0" not in rendering and "error none" not in rendering  # no raw dump
+
+
+def test_a_batch_a_file_cannot_serve_shows_its_error_beside_the_sizes_it_served():
+    from mpconvert.render.figures import check_figures
+
+    values = {
+        "max_abs_diff": 0.0004,
+        "max_abs_ref": 1.0,
+        "atol": 1e-05,
+        "rtol": 0.02,
+        "limit": 0.02001,
+        "rows": 256,
+        "batches": [
+            {"rows": 0, "error": "Reshape: {0,-1,8} is ambiguous", "max_abs_diff": None, "note": None},
+            {"rows": 1, "error": None, "max_abs_diff": 1.5e-09, "note": None},
+            {"rows": 4096, "error": None, "max_abs_diff": None, "note": None},
+        ],
+    }
+    shown = check_figures({"name": "artifact parity: onnx", "passed": False, "message": "", "values": values})
+    assert shown == (
+        "max |diff| 0.0004, limit 0.02, rows 256; served rows 0: failed (Reshape: {0,-1,8} is ambiguous), "
+        "1: 1.5e-09, 4096: not finite"
+    )

@@ -29,6 +29,7 @@ from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
 from .common import Live, console_for, format_bytes, format_number, layer_counts_of, row
 from .doctor import render_doctor, render_model_timing
+from .figures import check_figures
 
 __all__ = [
     "BatchProgress",
@@ -139,6 +140,7 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
     for check in gate["checks"]:
         mark = "[green]pass[/]" if check["passed"] else "[bold red]FAIL[/]"
         console.print(f"  {mark} {check['name']}: {escape(check['message'])}")
+        console.print(f"       [dim]{escape(check_figures(check))}[/]")
     if report_path:
         console.print(f"  report: {report_path}")
         page = Path(report_path).with_name("report.html")
@@ -531,7 +533,8 @@ def markdown(report: dict) -> str:
                 row(f"{art['kind']} (`{art['path']}`)", format_bytes(art["bytes"]), diff, limit, art["runtime"])
             )
         lines.append("")
-    lines += [row("check", "result", "details"), "| --- | --- | --- |"]
+    lines += [row("check", "result", "details", "figures"), "| --- | --- | --- | --- |"]
     for check in gate["checks"]:
-        lines.append(row(check["name"], "✅ pass" if check["passed"] else "❌ **fail**", check["message"]))
+        verdict = "✅ pass" if check["passed"] else "❌ **fail**"
+        lines.append(row(check["name"], verdict, check["message"], check_figures(check)))
     return "\n".join(lines) + "\n"

@@ -17,7 +17,6 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
@@ -27,6 +26,7 @@ from ..sections import PaddingReport
 from ..writing import replace_atomically
 from . import describe_source, parity_limits, speed_line
 from .common import format_bytes, format_number, layer_counts_of
+from .figures import check_figures
 
 REPORT_HTML = "report.html"
 INDEX_HTML = "index.html"
@@ -42,27 +42,12 @@ def _templates() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters.update(number=format_number, size=format_bytes, percent=_percent, value=_value)
+    environment.filters.update(number=format_number, size=format_bytes, percent=_percent, figures=check_figures)
     return environment
 
 
 def _percent(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}%}"
-
-
-def _value(value: Any) -> str:
-    """A check's value, compact: 0.0140, 3, none, or a short list."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_value(v) for v in value) or "none"
-    if isinstance(value, dict):
-        return "; ".join(f"{k} {_value(v)}" for k, v in value.items()) or "none"
-    return str(value)
 
 
 # --- charts: geometry for the templates' SVG ----------------------------------------
@@ -127,40 +112,67 @@ def metric_charts(report: dict, budgets: dict[str | None, float | None]) -> list
     return charts
 
 
-def line_chart(title: str, xs: list[int], ys: list[float | None], kind: str, log: bool = False) -> Chart | None:
-    """A polyline of ys over xs (steps); gaps where a value is not finite. None with under two points."""
+def step_ticks(first: int, last: int, most: int = 6) -> list[int]:
+    """Up to `most` step numbers for an x axis: the first, round ones between (1, 2 or 5 x 10^k apart), the last."""
+    span = last - first
+    if span <= 0:
+        return [first]
+    raw = span / (most - 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    stride = max(1, int(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)))
+    # Round ones not crowding the ends: a label needs half a stride of room.
+    between = range((first // stride + 1) * stride, last, stride)
+    return [first, *(t for t in between if min(t - first, last - t) >= stride / 2), last]
+
+
+def line_chart(
+    title: str, xs: list[int], ys: list[float | None], kind: str, log: bool = False, held: bool = False
+) -> Chart | None:
+    """A polyline of ys over the steps xs they were recorded at; gaps where a value is not finite.
+
+    `log`: a log2 y axis (a loss scale moves by factors of two). `held`: the
+    value holds until the next record (a staircase), as a loss scale does.
+    None with under two points.
+    """
     points = [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y) and (y > 0 or not log)]
     if len(points) < 2:
         return None
-    width, height, left, bottom = 640, 180, 70, 24
-    values = [math.log10(y) if log else y for _, y in points]
+    # The right margin leaves room for the last step's number centred on its tick
+    # ("step 100" centred at 630 of 640 units showed as "step 1").
+    width, height, left, right, bottom = 640, 180, 70, 40, 24
+    values = [math.log2(y) if log else y for _, y in points]
     low, high = min(values), max(values)
-    span = (high - low) or 1.0
+    if high == low:  # a constant series sits mid-chart, not under the x axis
+        pad = 1.0 if log else abs(low) / 2 or 1.0
+        low, high = low - pad, high + pad
     x0, x1 = points[0][0], points[-1][0]
     xspan = (x1 - x0) or 1
 
     def at(x: float, value: float) -> tuple[float, float]:
-        px = left + (width - left - 10) * (x - x0) / xspan
-        py = 10 + (height - bottom - 10) * (1 - (value - low) / span)
+        px = left + (width - left - right) * (x - x0) / xspan
+        py = 10 + (height - bottom - 18) * (1 - (value - low) / (high - low))  # the lowest 8 above the axis
         return round(px, 1), round(py, 1)
 
+    corners = list(zip((x for x, _ in points), values))
+    if held:  # across to the next step at the old value, then to the new one
+        stairs = [c for (x, v), (nx, _) in zip(corners, corners[1:]) for c in ((x, v), (nx, v))] + corners[-1:]
+        corners = [c for i, c in enumerate(stairs) if i == 0 or c != stairs[i - 1]]
     chart = Chart(title, width, height)
-    text = (lambda value: f"{10**value:g}") if log else (lambda value: f"{value:.4g}")
     chart.paths.append(
-        {
-            "points": " ".join(f"{px},{py}" for px, py in (at(x, v) for (x, _), v in zip(points, values))),
-            "label": title,
-            "kind": kind,
-        }
+        {"points": " ".join(f"{px},{py}" for px, py in (at(x, v) for x, v in corners)), "label": title, "kind": kind}
     )
-    for value in (high, low):
+    text = (lambda value: f"{2**value:g}") if log else (lambda value: f"{value:.4g}")
+    # The values the series took where they are few (a loss scale's), else its extremes.
+    distinct = sorted(set(values))
+    for value in distinct if len(distinct) <= 4 else [min(values), max(values)]:
         _, py = at(x0, value)
         chart.labels.append({"x": left - 6, "y": py + 4, "text": text(value), "anchor": "end"})
-    for x in (x0, x1):
+    for x in step_ticks(x0, x1):
         px, _ = at(x, low)
-        chart.labels.append({"x": px, "y": height - 6, "text": f"step {x}", "anchor": "middle"})
+        chart.labels.append({"x": px, "y": height - 6, "text": str(x), "anchor": "middle"})
+    chart.labels.append({"x": left - 16, "y": height - 6, "text": "step", "anchor": "end"})
     chart.lines.append(
-        {"x1": left, "y1": height - bottom, "x2": width - 10, "y2": height - bottom, "label": "", "kind": "axis"}
+        {"x1": left, "y1": height - bottom, "x2": width - right, "y2": height - bottom, "label": "", "kind": "axis"}
     )
     return chart
 
@@ -217,7 +229,9 @@ def _finetune(report: dict) -> dict | None:
     steps = history.get("step") or []
     charts = [
         line_chart("fine-tune loss over the steps", steps, history.get("loss") or [], "loss"),
-        line_chart("loss scale over the steps (log)", steps, history.get("loss_scale") or [], "scale", log=True),
+        line_chart(
+            "loss scale over the steps (log)", steps, history.get("loss_scale") or [], "scale", log=True, held=True
+        ),
     ]
     return {**tuning, "charts": [c for c in charts if c is not None]}
 

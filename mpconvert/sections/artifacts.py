@@ -68,6 +68,8 @@ class Artifact(Section):
     sha256: str | None = None
     # The batch sizes it was also run at (0, 1 and a large one); None in reports from before they were.
     batches: tuple[ServedBatch, ...] | None = None
+    # The rows it was re-run on and compared with the converted model; None in reports from before it was recorded.
+    rows: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", member(ArtifactKind, self.kind))

@@ -11,7 +11,7 @@ rebuilds them), and the machine by the CPU flags and GPUs that decide
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +63,19 @@ class Provenance(Section):
     options: dict[str, Any]
     command: tuple[str, ...] | None  # the command line; None for the Python API
     machine: dict[str, Any]  # speed.hardware.Hardware.as_dict(): the CPU, its 16-bit flags, GPUs
+    # The folder the run started in (absolute): relative paths in `options` and `command`, and the
+    # modules `--import` and `--data module:function` name, were found from there. None in reports
+    # written before it was recorded.
+    folder: str | None = None
+    baseline: InputFile | None = None  # the --baseline report.json read, by content
+    # The user's modules the run imported (--import, --data module:function), by name: the file each
+    # was imported from. A namespace package (no file) is not listed.
+    modules: dict[str, InputFile] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Provenance:
         found = known(cls, stored)
-        model, command = found["model"], found["command"]
+        model, command, baseline = found["model"], found["command"], found["baseline"]
         return cls(
             **{
                 **found,
@@ -76,6 +84,8 @@ class Provenance(Section):
                 "options": dict(found["options"] or {}),
                 "command": None if command is None else tuple(command),
                 "machine": dict(found["machine"] or {}),
+                "baseline": None if baseline is None else InputFile.from_json(baseline),
+                "modules": {name: InputFile.from_json(f) for name, f in (found["modules"] or {}).items()},
             }
         )
 
