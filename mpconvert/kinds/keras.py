@@ -40,6 +40,7 @@ from ..load import Loaded
 from ..numerics.autokeep import keep_by_lint, keep_by_search
 from ..numerics.lint import Lint
 from ..numerics.search import Goal, Search
+from ..onnx.checks import layer_of
 from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan, pad, plan_model_padding
 from ..precision import Precision
@@ -183,7 +184,7 @@ class KerasKind(ModelKind):
                     ) from None
                 with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
                     write_savedmodel(float32, self.framework, signature, Path(tmp) / "float32", empty="pad")
-                    written = write_litert(Path(tmp) / "float32", path)
+                    written = write_litert(Path(tmp) / "float32", path, unit_of=lambda n: layer_of(n, float32))
                 return litert_parity(written, rows, expected, signature)
 
             writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))
