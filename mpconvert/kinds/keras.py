@@ -44,13 +44,13 @@ from ..onnx.checks import layer_of
 from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan, pad, plan_model_padding
 from ..precision import Precision
-from ..rewrite import Plan, Rewritten, float32_copy, output_activation, plan_conversion, rewrite
+from ..rewrite import Plan, Rewritten, float32_copy, output_activation, plan_conversion, rewrite, with_sublayers
 from ..runners.keras import KerasRunner, input_specs, serving_fn
 from ..sections import Source
 from ..signature import Signature, signature_of
 from ..speed.memory import activation_memory
 from ..tasks import Task, TaskKind
-from ..trace import output_layers
+from ..trace import output_layers, sublayers
 from .base import Capability, ModelKind
 
 
@@ -108,7 +108,8 @@ class KerasKind(ModelKind):
         return keep_by_lint(context, self.loaded, options)
 
     def plan(self, options: RewriteOptions) -> Plan:
-        return plan_conversion(model_config(self.original), model_class(self.original), options)
+        planned = plan_conversion(model_config(self.original), model_class(self.original), options)
+        return with_sublayers(planned, sublayers(self.original))
 
     def rewrite(self, options: RewriteOptions, rows: list[np.ndarray]) -> Rewritten:
         return rewrite(self.original, self.framework, options, rows)
