@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import MpconvertError, NotExportable
 from .writing import replace_atomically
@@ -48,12 +49,53 @@ def _stderr_hidden() -> Iterator[None]:
             os.close(saved)
 
 
+def builtin_tables(model: Any) -> tuple[str, ...]:
+    """Give `model`'s integer tables (IntegerLookup's int64 -> int64) LiteRT's builtin tables, in place.
+
+    LiteRT's HASHTABLE kernels map string -> int64 and int64 -> string
+    only, and the converter legalizes a model's tables only when every one
+    fits. An int64 -> int64 table is the same lookup as two it holds:
+    int64 -> the entry's index as text -> int64; a key in neither gets the
+    text "", which no entry has, so the original default value. For the
+    float32-computing copy the .tflite file is converted from; returns
+    what it changed, for the report.
+    """
+    import tensorflow as tf
+
+    class ThroughText(tf.Module):
+        def __init__(self, table: Any):
+            super().__init__()
+            keys, values = table.export()
+            names = tf.strings.as_string(tf.range(tf.size(keys, out_type=tf.int64)))
+            self.to_name = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, names), "")
+            self.to_value = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(names, values), table.default_value
+            )
+
+        def lookup(self, keys: Any) -> Any:
+            return self.to_value.lookup(self.to_name.lookup(keys))
+
+    changed = []
+    for layer in model._flatten_layers(include_self=False):
+        table = getattr(layer, "lookup_table", None)
+        types = (getattr(table, "key_dtype", None), getattr(table, "value_dtype", None))
+        if types == (tf.int64, tf.int64) and hasattr(table, "export"):
+            layer.lookup_table = ThroughText(table)
+            changed.append(f"{layer.name}: int64 -> int64 as int64 -> string -> int64")
+    return tuple(changed)
+
+
 def write_litert(
-    saved_model: Path, path: Path, float16_weights: bool = True, unit_of: Callable[[str], str | None] = lambda n: None
+    saved_model: Path,
+    path: Path,
+    float16_weights: bool = True,
+    unit_of: Callable[[str], str | None] = lambda n: None,
+    tables: tuple[str, ...] = (),
 ) -> LiteRTFile:
     """A .tflite file at `path` from a float32-computing SavedModel, weights stored in float16 when asked.
 
-    `unit_of(node name)` names the layer (or node) behind an op the converter refuses.
+    `unit_of(node name)` names the layer (or node) behind an op the converter refuses; `tables` says which
+    tables `builtin_tables` rewrote, for the report.
     """
     import tensorflow as tf
 
@@ -67,7 +109,8 @@ def write_litert(
     except Exception as exc:  # the converter's own errors: ops LiteRT has no builtin kernel for
         raise refusal(str(exc), unit_of) from None
     replace_atomically(path, data, "the LiteRT file")
-    return LiteRTFile(path, {"weights": "float16" if float16_weights else "float32", "what": WHAT})
+    details = {"weights": "float16" if float16_weights else "float32", "what": WHAT}
+    return LiteRTFile(path, details | ({"tables": list(tables)} if tables else {}))
 
 
 _SERVE_OTHERS = "serve the SavedModel or the ONNX file (--export savedmodel,onnx)"
@@ -131,8 +174,8 @@ def refusal(text: str, unit_of: Callable[[str], str | None]) -> MpconvertError:
     """The converter's error as one line that names the op, its layer and the model's own cause.
 
     Lookup tables whose key and value types LiteRT's builtin tables take (string -> int64, int64 -> string:
-    StringLookup) convert; another table (IntegerLookup's int64 -> int64), a hash, a cross, a regular
-    expression or a bincount is refused as not exportable to LiteRT, so the other files serve the model;
+    StringLookup, and IntegerLookup's through `builtin_tables`) convert; another table, a hash, a cross, a
+    regular expression or a bincount is refused as not exportable to LiteRT, so the other files serve the model;
     anything else is the converter failing (an LSTM's TensorList ops at a variable batch among them).
     """
     refused = _refused(text, unit_of)

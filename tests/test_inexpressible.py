@@ -2,21 +2,25 @@
 
 A FeatureSpace with a crossed feature (SparseCross, a FarmHash of the crossed values) has its ONNX file
 refused, naming the op and the layer, while the SavedModel serves it (exit 0); asked for ONNX alone, the
-run has nothing to serve (exit 3). An IntegerLookup's int64 -> int64 table has no LiteRT builtin: the
-.tflite is refused naming the layer and that cause, not another model's.
+run has nothing to serve (exit 3); LiteRT refuses the cross too, with its own cause's fix. An IntegerLookup's
+int64 -> int64 table, which LiteRT's builtin tables do not hold, serves as two that they do.
 """
 
 import json
 
 import crossed_models as cm
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import invoke
 
 from mpconvert.errors import NotExportable
+from mpconvert.litert import builtin_tables, write_litert
 from mpconvert.onnx.checks import refuse_inexpressible
 from mpconvert.onnx.graphdef import computing_nodes
+from mpconvert.runners.litert import LiteRTRunner
+from mpconvert.signature import signature_of
 
 FAST = ["--policy", "mixed_float16", "--finetune-steps", "0", "--no-speed"]
 
@@ -34,7 +38,7 @@ def _report(out):
 def test_a_crossed_feature_refuses_the_onnx_file_naming_sparsecross_and_the_savedmodel_serves(tmp_path, crossed):
     model, data = crossed
     out = tmp_path / "out"
-    result = invoke(model, *FAST, "--data", data, "--out", out, "--export", "savedmodel,onnx")
+    result = invoke(model, *FAST, "--data", data, "--out", out, "--export", "savedmodel,onnx,litert")
     assert result.exit_code == 0, result.output
     report = _report(out)
     onnx = next(a for a in report["artifacts"] if a["kind"] == "onnx")
@@ -48,6 +52,12 @@ def test_a_crossed_feature_refuses_the_onnx_file_naming_sparsecross_and_the_save
     assert [(b["rows"], b["error"]) for b in saved["batches"]] == [(0, None), (1, None), (4096, None)]
     # The data holds one key per raw feature: each went in under its input's name.
     assert report["validation"]["rows"] == 200
+    # LiteRT has no builtin for the cross either: refused, naming it, with its own cause's fix.
+    litert = next(a for a in report["artifacts"] if a["kind"] == "litert")
+    assert litert["exportable"] is False and not (out / "model.tflite").exists()
+    assert "not exportable to LiteRT: layer 'sex_X_cp' (SparseCross)" in litert["reason"]
+    assert "compute the crossed feature's ids before the model" in litert["reason"] and "LSTM" not in litert["reason"]
+    assert checks["artifact parity: litert"]["passed"]
 
 
 def test_a_crossed_feature_with_onnx_alone_fails_with_the_reason(tmp_path, crossed):
@@ -60,19 +70,40 @@ def test_a_crossed_feature_with_onnx_alone_fails_with_the_reason(tmp_path, cross
     assert "no other file serves the model: add --export savedmodel" in check["message"]
 
 
-def test_an_integer_lookup_is_refused_by_litert_naming_the_layer_and_its_table(tmp_path):
+def test_an_integer_lookup_serves_in_litert_through_two_builtin_tables(tmp_path):
     model = cm.int_lookup(tmp_path / "lookup.keras")
     out = tmp_path / "out"
     data = cm.int_lookup_npz(tmp_path / "lookup.npz")
     result = invoke(model, *FAST, "--data", data, "--out", out, "--export", "litert")
-    # Nothing else was asked for, so nothing serves the model.
-    assert result.exit_code == 3, result.output
-    litert = next(a for a in _report(out)["artifacts"] if a["kind"] == "litert")
-    assert litert["exportable"] is False and not (out / "model.tflite").exists()
-    reason = litert["reason"]
-    assert "not exportable to LiteRT: layer 'id_lookup' (LookupTableFindV2): an int64 -> int64 lookup table" in reason
-    assert "Flex delegate" in reason and "StringLookup" in reason
-    assert "LSTM" not in reason and "TensorList" not in reason  # another model's cause
+    assert result.exit_code == 0, result.output
+    report = _report(out)
+    litert = next(a for a in report["artifacts"] if a["kind"] == "litert")
+    assert not litert["failed"] and (out / "model.tflite").is_file()
+    assert litert["details"]["tables"] == ["id_lookup: int64 -> int64 as int64 -> string -> int64"]
+    check = next(c for c in report["gate"]["checks"] if c["name"] == "artifact parity: litert")
+    assert check["passed"] and [b["error"] for b in litert["batches"]] == [None, None, None]
+    # Hand-checked ids through the written file: 3, 5, 7, 11 are ids 1..4, anything else 0.
+    ids = np.array([[3], [4], [11], [0], [7], [13], [5]], np.int64)
+    keras_model = keras.models.load_model(model)
+    signature = signature_of(keras_model)
+    got = LiteRTRunner(out / "model.tflite", signature).run([ids]).outputs[0]
+    want = np.asarray(keras_model(ids))
+    np.testing.assert_allclose(got, want, atol=2e-3)  # float16 weights, computed in float32
+    hot = np.eye(5, dtype=np.float32)[[1, 0, 4, 0, 3, 0, 2]]
+    dense = keras_model.get_layer("out")
+    logits = hot @ np.asarray(dense.kernel) + np.asarray(dense.bias)
+    np.testing.assert_allclose(want, np.exp(logits) / np.exp(logits).sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_the_two_tables_give_integer_lookup_ids_exactly(tmp_path):
+    ids = keras.Input((1,), dtype="int64", name="ids")
+    model = keras.Model(ids, keras.layers.IntegerLookup(vocabulary=cm.LOOKUP_VOCAB, name="id_lookup")(ids))
+    assert builtin_tables(model) == ("id_lookup: int64 -> int64 as int64 -> string -> int64",)
+    model.export(str(tmp_path / "saved"), verbose=False)
+    written = write_litert(tmp_path / "saved", tmp_path / "ids.tflite", tables=("id_lookup",))
+    x = np.array([[3], [4], [11], [0], [7], [-5], [5]], np.int64)
+    got = LiteRTRunner(written.path, signature_of(model)).run([x]).outputs[0]
+    np.testing.assert_array_equal(got.ravel(), [1, 0, 4, 0, 3, 0, 2])
 
 
 def test_the_rule_reads_only_the_ops_the_outputs_depend_on():

@@ -35,7 +35,7 @@ from ..errors import MpconvertError
 from ..finetune import Finetune, StepCallback, finetune
 from ..formats import ModelFormat
 from ..frameworks import Framework
-from ..litert import write_litert
+from ..litert import builtin_tables, write_litert
 from ..load import Loaded
 from ..numerics.autokeep import keep_by_lint, keep_by_search
 from ..numerics.lint import Lint
@@ -183,9 +183,12 @@ class KerasKind(ModelKind):
                         f"the model cannot be rebuilt for LiteRT: {type(exc).__name__}: {str(exc)[:200]}",
                         hint="give recurrent layers a fixed sequence length, or --export savedmodel,onnx",
                     ) from None
+                tables = builtin_tables(float32)
                 with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
                     write_savedmodel(float32, self.framework, signature, Path(tmp) / "float32", empty="pad")
-                    written = write_litert(Path(tmp) / "float32", path, unit_of=lambda n: layer_of(n, float32))
+                    written = write_litert(
+                        Path(tmp) / "float32", path, unit_of=lambda n: layer_of(n, float32), tables=tables
+                    )
                 return litert_parity(written, rows, expected, signature)
 
             writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))
