@@ -128,8 +128,9 @@ class Conversion:
 
     @property
     def layers(self) -> tuple:
-        """Per-layer decisions: name, class_name, policy, and why a layer stayed float32."""
-        return self._converted.plan.decisions
+        """Per-layer decisions: name, class_name, policy, why a layer stayed float32, and the sublayers inside
+        a layer (`inside` names it)."""
+        return self._converted.plan.rows
 
     def save(
         self,
@@ -221,7 +222,7 @@ def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspe
     options = conversion_options(model, policy, **keywords)
     found = plan(options)
     source = found.source.describe(options.load.path).to_json()
-    return Inspection(source, policy, found.plan.decisions, found.padding, found.lint)
+    return Inspection(source, policy, found.plan.rows, found.padding, found.lint)
 
 
 def check(report: dict | str | Path, **thresholds: Any) -> dict:

@@ -23,8 +23,7 @@ import numpy as np
 
 from .artifact_kinds import ArtifactKind
 from .digests import Digest, digest
-from .errors import MpconvertError, WriteError
-from .onnx.checks import NotExportable
+from .errors import MpconvertError, NotExportable, WriteError
 from .runners.base import Runner, RunResult
 from .runners.litert import LiteRTRunner
 from .runners.onnx import EXTENDED, OnnxRunner

@@ -50,6 +50,28 @@ def model_config(model: Any) -> dict:
     return config
 
 
+def lists_layers(layer: Any) -> bool:
+    """Whether a layer's config lists its layers (a Functional or Sequential model): the rewrite sets their
+    policies one by one. A keras-hub backbone is a Functional model whose config holds only its constructor's
+    arguments, so its layers are built by its own code and follow its policy."""
+    try:
+        config = layer.get_config()
+    except Exception:  # NotImplementedError, or a custom layer whose get_config fails: no list either way
+        return False
+    return isinstance(config, dict) and isinstance(config.get("layers"), list)
+
+
+def policy_of(layer: Any) -> str | None:
+    """The name of the policy a live layer computes under (a DTypePolicyMap's entry for the layer's path)."""
+    policy = getattr(layer, "dtype_policy", None)
+    if policy is None:
+        return None
+    if hasattr(policy, "default_policy"):  # Keras 3's DTypePolicyMap
+        path = getattr(layer, "path", None)
+        policy = policy[path] if path else policy.default_policy
+    return getattr(policy, "name", None)
+
+
 def model_class(model: Any) -> str:
     return "Sequential" if type(model).__name__ == "Sequential" else "Functional"
 

@@ -25,6 +25,14 @@ class MpconvertError(Exception):
         super().__init__(message if hint is None else f"{message}\n  fix: {hint}")
 
 
+class NotExportable(MpconvertError):
+    """The model computes something an artifact's format cannot express: that artifact is refused, not failed.
+
+    The gate passes its check while another serving file was written, and fails it (exit 3) when that format
+    was the only one asked for.
+    """
+
+
 class WriteError(MpconvertError):
     """Writing the output failed for a reason of the machine's (a full disk, a read-only file system).
 

@@ -227,8 +227,8 @@ class LayerCounts:
 
 
 def layer_counts(policy: str, layers: Iterable[Layer]) -> LayerCounts:
-    """A report's layers (`layers`) counted against its `policy`."""
-    computing = [layer for layer in layers if layer.pinned != INPUT_LAYER]
+    """A report's layers (`layers`) counted against its `policy`: the decisions, not the sublayers inside them."""
+    computing = [layer for layer in layers if layer.pinned != INPUT_LAYER and layer.inside is None]
     return LayerCounts(
         converted=sum(1 for layer in computing if layer.policy == policy),
         kept=tuple(layer for layer in computing if layer.pinned),

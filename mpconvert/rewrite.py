@@ -44,6 +44,7 @@ from .precision import SIXTEEN_BIT
 from .sections import Layer
 from .signature import signature_of
 from .state import copy_model_state
+from .trace import Sublayer, sublayers
 
 MODEL_CLASSES = ("Functional", "Sequential", "Model")
 # Preprocessing layers that map values to ids, bins or counts: integer work
@@ -66,6 +67,7 @@ class LayerDecision:
     class_name: str
     policy: str | None  # None for plain operations, which have no policy
     pinned: str | None  # why the layer stays float32, None if converted
+    inside: str | None = None  # for a sublayer built by a layer's own code: that layer's path (not a decision)
 
 
 @dataclass(frozen=True)
@@ -87,14 +89,24 @@ class Plan:
     policy: str
     decisions: tuple[LayerDecision, ...]
     splits: tuple[ActivationSplit, ...] = ()
+    # The sublayers that layers build in their own code (`with_sublayers`): shown, not decided.
+    inner: tuple[LayerDecision, ...] = ()
 
     @property
     def mixed(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.decisions if d.policy == self.policy)
 
+    @property
+    def rows(self) -> tuple[LayerDecision, ...]:
+        """Every decision, each followed by the sublayers inside it."""
+        by_outer: dict[str, list[LayerDecision]] = {}
+        for d in self.inner:
+            by_outer.setdefault(d.inside or "", []).append(d)
+        return tuple(row for d in self.decisions for row in (d, *by_outer.get(d.name, ())))
+
     def as_layers(self) -> tuple[Layer, ...]:
         """As the report's `layers` lists them."""
-        return tuple(Layer(d.name, d.class_name, d.policy, d.pinned) for d in self.decisions)
+        return tuple(Layer(d.name, d.class_name, d.policy, d.pinned, d.inside) for d in self.rows)
 
 
 @dataclass(frozen=True)
@@ -214,6 +226,33 @@ class _Planner:
         return candidate
 
 
+def with_sublayers(plan: Plan, found: dict[str, tuple[Sublayer, ...]]) -> Plan:
+    """`plan` with the sublayers of its layers (trace.sublayers of the model it plans, or was built from).
+
+    Keras gives a sublayer the policy of the layer that builds it (keras-hub
+    passes its `dtype` down; MultiHeadAttention builds its Softmax with its
+    own policy), and neither config lists them, so they compute under what
+    the plan gives that layer. Keras builds that Softmax at construction,
+    without a path, so no DTypePolicyMap entry in the layer's config can pin
+    it float32 where a saved .keras file keeps it (docs/conversion.md). A
+    sublayer whose code set another policy keeps it.
+    """
+    by_name = {d.name: d for d in plan.decisions}
+    inner = []
+    for outer, rows in found.items():
+        decided = by_name.get(outer)
+        if decided is None:
+            continue
+        for sub in rows:
+            follows = sub.policy == sub.outer_policy
+            policy = decided.policy if follows else sub.policy
+            pinned = None
+            if policy == "float32" and policy != plan.policy:
+                pinned = f"inside '{outer}': {decided.pinned}" if follows else f"set float32 by '{outer}''s own code"
+            inner.append(LayerDecision(sub.path, sub.class_name, policy, pinned, outer))
+    return dataclasses.replace(plan, inner=tuple(inner))
+
+
 def plan_conversion(config: dict, model_class: str, options: RewriteOptions) -> Plan:
     """Decide every layer's policy from a model config (pure, no TensorFlow)."""
     planner = _Planner(options)
@@ -309,7 +348,8 @@ def rewrite(model: Any, framework: Framework, options: RewriteOptions, rows: lis
             except Exception as exc:
                 raise _locate_failure(framework, model, config, cls, plan, smoke, exc) from exc
             if not rounded:
-                return Rewritten(new, plan, fidelity)
+                # What the converted model's sublayers compute under, read from it.
+                return Rewritten(new, with_sublayers(plan, sublayers(new)), fidelity)
             if any(path in dict(options.auto_keep) for path in rounded):
                 raise AssertionError(f"layers kept float32 still round their weights: {sorted(rounded)}")
             compute = plan.policy.removeprefix("mixed_")

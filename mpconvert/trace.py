@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .configs import lists_layers, policy_of
 from .errors import MpconvertError
 
 
@@ -232,4 +233,51 @@ def output_layers(model: Any) -> list[Any]:
             inner = made[0].outputs
             made = producer(inner[made[1]]) if made[1] < len(inner) else None
         found.append(made[0] if made else None)
+    return found
+
+
+@dataclass(frozen=True)
+class Sublayer:
+    """A layer built by another layer's own code (not listed in any config), as its rows in the report show it."""
+
+    path: str  # "bert_backbone/transformer_layer_0/self_attention_layer/softmax"
+    class_name: str
+    policy: str | None  # the policy it computes under
+    outer_policy: str | None  # the policy of the config-listed layer that holds it
+
+
+def sublayers(model: Any) -> dict[str, tuple[Sublayer, ...]]:
+    """Plan path of each config-listed layer that holds layers of its own -> those layers, depth first.
+
+    Functional and Sequential models whose config lists their layers are
+    walked as the rewrite plans them ("outer/inner" paths); any other layer's
+    tracked sublayers (a keras-hub backbone's transformer blocks, a
+    MultiHeadAttention's projections and Softmax) are listed under it, with
+    the policies they compute under. Keras names the path after each layer's
+    name in the object that holds it.
+    """
+    found: dict[str, tuple[Sublayer, ...]] = {}
+
+    def inside(layer: Any, prefix: str, outer: str | None, seen: set[int]) -> list[Sublayer]:
+        rows = []
+        for sub in layer._flatten_layers(include_self=False, recursive=False):
+            if id(sub) in seen or type(sub).__name__ == "InputLayer":
+                continue
+            seen.add(id(sub))
+            path = f"{prefix}/{sub.name}"
+            rows.append(Sublayer(path, type(sub).__name__, policy_of(sub), outer))
+            rows.extend(inside(sub, path, outer, seen))
+        return rows
+
+    def visit(container: Any, prefix: str) -> None:
+        for layer in container.layers:
+            path = prefix + layer.name
+            if lists_layers(layer):
+                visit(layer, path + "/")
+            elif hasattr(layer, "_flatten_layers"):
+                rows = inside(layer, path, policy_of(layer), {id(layer)})
+                if rows:
+                    found[path] = tuple(rows)
+
+    visit(model, "")
     return found

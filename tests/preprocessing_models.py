@@ -133,7 +133,7 @@ def text_tabular(path, seed: int = 0):
 
 def text_lookup(path, seed: int = 0):
     """color -> StringLookup -> one-hot, num -> Normalization, into a classifier: the string table alone
-    (LiteRT's converter has a builtin for string-keyed tables, none for IntegerLookup's int64 -> int64)."""
+    (LiteRT's converter has a builtin for string-keyed tables; tests/test_inexpressible.py has IntegerLookup's)."""
     import keras
 
     keras.utils.set_random_seed(seed)

@@ -62,6 +62,11 @@ class Plan(Protocol):
     @property
     def decisions(self) -> tuple[Any, ...]: ...
 
+    @property
+    def rows(self) -> tuple[Any, ...]:
+        """The decisions as tables list them (a Keras plan adds the sublayers inside its layers)."""
+        ...
+
     def as_layers(self) -> tuple[Layer, ...]: ...
 
 

@@ -56,6 +56,10 @@ class GraphPlan:
     decisions: tuple[NodeDecision, ...]  # one per compute node
     policy: str
 
+    @property
+    def rows(self) -> tuple[NodeDecision, ...]:
+        return self.decisions
+
     def as_layers(self) -> tuple[Layer, ...]:
         return tuple(
             Layer(d.name, d.class_name, self.policy if d.policy else "float32", d.pinned) for d in self.decisions

@@ -35,21 +35,22 @@ from ..errors import MpconvertError
 from ..finetune import Finetune, StepCallback, finetune
 from ..formats import ModelFormat
 from ..frameworks import Framework
-from ..litert import write_litert
+from ..litert import builtin_tables, write_litert
 from ..load import Loaded
 from ..numerics.autokeep import keep_by_lint, keep_by_search
 from ..numerics.lint import Lint
 from ..numerics.search import Goal, Search
+from ..onnx.checks import layer_of
 from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from ..pad import Padding, PadPlan, pad, plan_model_padding
 from ..precision import Precision
-from ..rewrite import Plan, Rewritten, float32_copy, output_activation, plan_conversion, rewrite
+from ..rewrite import Plan, Rewritten, float32_copy, output_activation, plan_conversion, rewrite, with_sublayers
 from ..runners.keras import KerasRunner, input_specs, serving_fn
 from ..sections import Source
 from ..signature import Signature, signature_of
 from ..speed.memory import activation_memory
 from ..tasks import Task, TaskKind
-from ..trace import output_layers
+from ..trace import output_layers, sublayers
 from .base import Capability, ModelKind
 
 
@@ -107,7 +108,8 @@ class KerasKind(ModelKind):
         return keep_by_lint(context, self.loaded, options)
 
     def plan(self, options: RewriteOptions) -> Plan:
-        return plan_conversion(model_config(self.original), model_class(self.original), options)
+        planned = plan_conversion(model_config(self.original), model_class(self.original), options)
+        return with_sublayers(planned, sublayers(self.original))
 
     def rewrite(self, options: RewriteOptions, rows: list[np.ndarray]) -> Rewritten:
         return rewrite(self.original, self.framework, options, rows)
@@ -181,9 +183,12 @@ class KerasKind(ModelKind):
                         f"the model cannot be rebuilt for LiteRT: {type(exc).__name__}: {str(exc)[:200]}",
                         hint="give recurrent layers a fixed sequence length, or --export savedmodel,onnx",
                     ) from None
+                tables = builtin_tables(float32)
                 with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
                     write_savedmodel(float32, self.framework, signature, Path(tmp) / "float32", empty="pad")
-                    written = write_litert(Path(tmp) / "float32", path)
+                    written = write_litert(
+                        Path(tmp) / "float32", path, unit_of=lambda n: layer_of(n, float32), tables=tables
+                    )
                 return litert_parity(written, rows, expected, signature)
 
             writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))

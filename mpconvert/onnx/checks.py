@@ -12,8 +12,18 @@ import contextlib
 
 import onnx
 
-from mpconvert.errors import MpconvertError, first_line
+from mpconvert.errors import MpconvertError, NotExportable, first_line
 from mpconvert.onnx.proto import fed_inputs, graphs, schema
+
+__all__ = [
+    "INEXPRESSIBLE",
+    "NotExportable",
+    "check",
+    "check_inputs",
+    "layer_of",
+    "refuse_inexpressible",
+    "reject_unconverted_ops",
+]
 
 _PROTOBUF_LIMIT = 2**31 - 1
 
@@ -52,32 +62,68 @@ def layer_of(node_name, model):
 _CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
 
 
-class NotExportable(MpconvertError):
-    """The model computes something no ONNX operator expresses: the ONNX file is refused, not failed."""
-
-
-# TensorFlow ops that no ONNX operator computes, and why; tf2onnx leaves them unconverted (or maps them
-# to a contrib domain that ONNX Runtime does not ship).
-# Each with the step a user can move in front of the model to get an ONNX file.
+# TensorFlow ops whose meaning no ONNX operator has (tf2onnx leaves them unconverted, or maps them to a
+# contrib domain that ONNX Runtime does not ship), each with why and the step a user can move in front of
+# the model to get an ONNX file. One rule for all of them: the ONNX file is refused (NotExportable) before
+# tf2onnx runs, and again if one is left unconverted after it.
 _HASH = "the hash"
+_CROSS = "the crossed feature's ids"
 _STANDARDIZE = "the text standardization (TextVectorization(standardize=None) on text cleaned beforehand)"
+_FARMHASH = "FarmHash Fingerprint64, which no ONNX operator computes"
 INEXPRESSIBLE = {
-    "StringToHashBucketFast": (
-        "Keras's Hashing hashes with FarmHash Fingerprint64, which no ONNX operator computes",
-        _HASH,
-    ),
+    "StringToHashBucketFast": (f"Keras's Hashing hashes with {_FARMHASH}", _HASH),
     "StringToHashBucketStrong": ("a keyed SipHash, which no ONNX operator computes", _HASH),
     "StringToHashBucket": ("TensorFlow's own string hash, which no ONNX operator computes", _HASH),
+    "Fingerprint": (f"a fingerprint with {_FARMHASH}", _HASH),
+    # HashedCrossing and FeatureSpace.cross: tf.sparse.cross_hashed is a SparseCross with hashed_output.
+    "SparseCross": (f"crossing features hashes the crossed values with {_FARMHASH}", _CROSS),
+    "SparseCrossHashed": (f"crossing features hashes the crossed values with {_FARMHASH}", _CROSS),
+    "SparseCrossV2": (
+        "crossing features joins their values as text per combination, which no ONNX operator does",
+        _CROSS,
+    ),
     # TextVectorization's default standardization (lower case, strip punctuation); ONNX has a
     # regular-expression match (RegexFullMatch, opset 20) but no replace.
     "StaticRegexReplace": ("a regular-expression replace, which no ONNX operator computes", _STANDARDIZE),
     "RegexReplace": ("a regular-expression replace, which no ONNX operator computes", _STANDARDIZE),
+    "StaticRegexFullMatch": (
+        "a regular-expression match, which ONNX computes from opset 20 on (RegexFullMatch), past the 18 tf2onnx "
+        "1.17 writes",
+        "the match",
+    ),
+    "RegexFullMatch": (
+        "a regular-expression match, which ONNX computes from opset 20 on (RegexFullMatch), past the 18 tf2onnx "
+        "1.17 writes",
+        "the match",
+    ),
     # TextVectorization's split (on whitespace by default): ONNX's StringSplit came in opset 20.
     "StringSplitV2": (
         "splitting text, which ONNX computes from opset 20 on (StringSplit), past the 18 tf2onnx 1.17 writes",
         "the split (TextVectorization(split=None) on text split into tokens beforehand)",
     ),
+    "StringNGrams": ("joining tokens into n-grams, which no ONNX operator does", "the n-grams"),
 }
+
+
+def refuse_inexpressible(nodes, unit_of) -> None:
+    """Refuse the ONNX file when one of `nodes` ((name, TF op type) pairs) is an op no ONNX operator
+    expresses, naming the op and its unit (`unit_of(node name)`: a layer, a node)."""
+    first: dict[str, str] = {}
+    for name, op in nodes:
+        if op in INEXPRESSIBLE:
+            first.setdefault(op, name)
+    if not first:
+        return
+    op = min(first, key=lambda o: (unit_of(first[o]) is None, o))  # one a layer can be named for
+    layer = unit_of(first[op])
+    where = f"layer '{layer}'" if layer else f"node '{first[op]}'"
+    reason, step = INEXPRESSIBLE[op]
+    others = sorted(set(first) - {op})
+    also = f" (also {', '.join(others)})" if others else ""
+    raise NotExportable(
+        f"not exportable to ONNX: {where} ({op}): {reason}{also}",
+        hint=f"serve the SavedModel (--export savedmodel); compute {step} before the model if ONNX is needed",
+    )
 
 
 def reject_unconverted_ops(proto, unit_of):
@@ -93,16 +139,7 @@ def reject_unconverted_ops(proto, unit_of):
                 first.setdefault(n.op_type, n)
     if not first:
         return
-    never = sorted(op for op in first if op in INEXPRESSIBLE)
-    if never:
-        node = first[never[0]]
-        layer = unit_of(node.name)
-        where = f"layer '{layer}'" if layer else f"node '{node.name}'"
-        reason, step = INEXPRESSIBLE[never[0]]
-        raise NotExportable(
-            f"not exportable to ONNX: {where} ({never[0]}): {reason}",
-            hint=f"the other artifacts serve the model; compute {step} before the model if ONNX is needed",
-        )
+    refuse_inexpressible(((n.name, op) for op, n in first.items()), unit_of)
     ops = sorted(first, key=lambda op: (op in _CALL_OPS, op))
     blamed = []
     for op in ops:

@@ -43,9 +43,15 @@ import tensorflow as tf
 from onnx import TensorProto, helper
 
 from mpconvert.errors import MpconvertError
-from mpconvert.onnx.checks import check, check_inputs, layer_of, reject_unconverted_ops  # noqa: F401 (layer_of: tests)
+from mpconvert.onnx.checks import check, check_inputs, layer_of, refuse_inexpressible, reject_unconverted_ops
 from mpconvert.onnx.edges import edge_casts, float16_io
-from mpconvert.onnx.graphdef import drop_xla_markers, graph_dtypes, pack_16bit_constants, take_weights
+from mpconvert.onnx.graphdef import (
+    computing_nodes,
+    drop_xla_markers,
+    graph_dtypes,
+    pack_16bit_constants,
+    take_weights,
+)
 from mpconvert.onnx.handlers import ML_DOMAIN, ML_OPSET, register_tf2onnx_handlers
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
 from mpconvert.options import DEFAULT_OPSET, check_opset
@@ -80,11 +86,10 @@ def keras_to_onnx(
     specs = _named_specs(model, input_specs)
     output_names = _output_names(model)
 
-    proto, tf_dtypes, patched = _convert(model, specs, output_names, opset)
-
     def unit_of(node_name):
         return layer_of(node_name, model)
 
+    proto, tf_dtypes, patched = _convert(model, specs, output_names, opset, unit_of)
     reject_unconverted_ops(proto, unit_of)
     check_inputs(proto, specs)
 
@@ -161,6 +166,9 @@ def graph_to_onnx(
     path = pathlib.Path(path)
     check_opset(opset)
 
+    # The ops no ONNX operator expresses are refused before tf2onnx spends its time on them.
+    refuse_inexpressible(computing_nodes(graph_def, output_tensors), unit_of)
+
     def convert():
         proto, _ = tf2onnx.convert.from_graph_def(
             graph_def, input_names=list(input_tensors), output_names=list(output_tensors), opset=opset
@@ -194,6 +202,8 @@ def _quietly(convert, what: str, lean: bool = False):
         try:
             with tf2onnx_knows_bfloat16() as patched, _lean_tf2onnx() if lean else contextlib.nullcontext():
                 return convert(), patched
+        except MpconvertError:
+            raise
         except Exception as exc:
             raise MpconvertError(
                 f"tf2onnx could not convert {what}: {type(exc).__name__}: {exc}", hint="use --export savedmodel"
@@ -223,7 +233,7 @@ def _output_names(model):
     return [spec.name for spec in signature_of(model).outputs] or None
 
 
-def _convert(model, specs, output_names, opset):
+def _convert(model, specs, output_names, opset, unit_of):
 
     signature = signature_of(model)
 
@@ -253,6 +263,8 @@ def _convert(model, specs, output_names, opset):
             hint="pass input specs matching the model's inputs",
         ) from exc
     graph_def = concrete.graph.as_graph_def()
+    # The ops no ONNX operator expresses are refused before tf2onnx spends its time on them.
+    refuse_inexpressible(computing_nodes(graph_def, [t.name for t in concrete.outputs]), unit_of)
     tables = _lookup_tables(model)
 
     proto, patched = _quietly(lambda: _from_concrete_function(concrete, opset, tables), "the model", lean=True)

@@ -95,3 +95,42 @@ def graph_dtypes(graph_def):
             elif kind == "tensor":
                 enums.add(attr.tensor.dtype)
     return {tf.dtypes.as_dtype(e) for e in enums if e}
+
+
+def computing_nodes(graph_def, outputs) -> list[tuple[str, str]]:
+    """(name, op type) of every node the `outputs` (tensor or node names) depend on, in the graph and in the
+    library functions those nodes call: what an export has to express (a dead branch is not)."""
+    by_name = {node.name: node for node in graph_def.node}
+    functions = {fn.signature.name: fn for fn in graph_def.library.function}
+    todo = [name.lstrip("^").split(":")[0] for name in outputs]
+    seen: set[str] = set()
+    called: set[str] = set()
+    found = []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        node = by_name[name]
+        found.append((node.name, node.op))
+        todo.extend(i.lstrip("^").split(":")[0] for i in node.input)
+        called.update(_called(node, functions))
+    pending = list(called)
+    while pending:  # functions calling functions
+        fn = functions[pending.pop()]
+        for node in fn.node_def:
+            found.append((node.name, node.op))
+            for name in _called(node, functions) - called:
+                called.add(name)
+                pending.append(name)
+    return found
+
+
+def _called(node, functions) -> set[str]:
+    """The library functions a node calls: as its op (a function-call node) or through a function attr."""
+    names = {node.op} & functions.keys()
+    for value in node.attr.values():
+        if value.HasField("func"):
+            names.add(value.func.name)
+        names.update(f.name for f in value.list.func)
+    return names & functions.keys()

@@ -27,7 +27,7 @@ from ..formats import units_of
 from ..hooks import Hooks
 from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
-from .common import Live, console_for, format_bytes, format_number, layer_counts_of, row
+from .common import Live, console_for, format_bytes, format_number, inner_lines, layer_counts_of, row
 from .doctor import render_doctor, render_model_timing
 from .figures import check_figures
 
@@ -88,6 +88,8 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
         console.print(f"    {layer.name} ({layer.class_name}): {layer.pinned}")
     if len(pinned) > 8:
         console.print(f"    ... and {len(pinned) - 8} more (see report.json)")
+    for line in inner_lines(report["layers"]):
+        console.print(f"    {escape(line)}")
     fidelity = report.get("fidelity")
     if fidelity:
         console.print(f"  rebuild: {escape(fidelity_line(fidelity, report['source'].get('format')))}")
@@ -365,7 +367,9 @@ def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
         table.add_column(column, no_wrap=True)
     padding = inspection.padding
     for d in inspection.layers:
-        table.add_row(d.name, d.class_name, d.policy or "-", d.pinned or "")
+        inside = getattr(d, "inside", None)
+        why = d.pinned or (f"[dim]inside {escape(inside)}[/]" if inside else "")
+        table.add_row(escape(d.name), d.class_name, d.policy or "-", why)
     console.print(table)
     lint = getattr(inspection, "lint", None)
     if lint is not None and lint.findings:

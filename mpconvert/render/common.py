@@ -21,6 +21,27 @@ def layer_counts_of(report: dict) -> LayerCounts:
     return layer_counts(report["policy"], [Layer.from_json(layer) for layer in report["layers"]])
 
 
+def inner_lines(layers: list[dict]) -> list[str]:
+    """One line per layer with sublayers of its own (report.json's `inside` rows): how many, under which
+    policies, and the Softmax layers among them, which take that layer's policy (docs/conversion.md)."""
+    by_outer: dict[str, list[dict]] = {}
+    for layer in layers:
+        if layer.get("inside"):
+            by_outer.setdefault(layer["inside"], []).append(layer)
+    lines = []
+    for outer, rows in by_outer.items():
+        policies: dict[str, int] = {}
+        for row in rows:
+            policies[row["policy"] or "none"] = policies.get(row["policy"] or "none", 0) + 1
+        counted = ", ".join(f"{n} {policy}" for policy, n in policies.items())
+        softmax = [row for row in rows if row["class_name"] == "Softmax"]
+        line = f"{outer}: {len(rows)} layers inside it ({counted})"
+        if softmax:
+            line += f", its {len(softmax)} Softmax in {', '.join(sorted({row['policy'] or 'none' for row in softmax}))}"
+        lines.append(line)
+    return lines
+
+
 def format_number(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 

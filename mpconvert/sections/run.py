@@ -53,6 +53,10 @@ class Layer(Section):
     class_name: str  # a layer's class, a node's op type
     policy: str | None  # None for plain operations, which have no policy
     pinned: str | None  # why it stays float32, None when converted
+    # A sublayer that a layer's own code builds (a keras-hub backbone's, MultiHeadAttention's): the path of
+    # that layer, whose config lists no sublayers; its policy is what the sublayer computes in, not a decision
+    # of the conversion's. None for the layers a config lists (nested Functional and Sequential models too).
+    inside: str | None = None
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Layer:
