@@ -129,7 +129,11 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown size(s) {unknown}: choose from {', '.join(MODELS)}")
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if "model name" in line),
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
         "unknown CPU",
     )
     with tempfile.TemporaryDirectory(prefix="mpconvert-large-", dir=args.keep) as tmp:

@@ -58,7 +58,6 @@ from mpconvert.onnx.checks import (  # noqa: F401 (layer_of: tests)
 )
 from mpconvert.onnx.edges import edge_casts, float16_io
 from mpconvert.onnx.external import (
-    EXTERNAL_DATA_OVER,
     as_pending_initializers,
     data_file_of,
     stand_ins,
@@ -68,7 +67,7 @@ from mpconvert.onnx.external import (
 from mpconvert.onnx.graphdef import drop_xla_markers, graph_dtypes, pack_16bit_constants, take_weights
 from mpconvert.onnx.handlers import ML_DOMAIN, ML_OPSET, register_tf2onnx_handlers
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
-from mpconvert.options import DEFAULT_OPSET, check_opset
+from mpconvert.options import DEFAULT_ONNX_EXTERNAL_DATA, DEFAULT_OPSET, check_opset
 from mpconvert.signature import signature_of
 from mpconvert.writing import replace_atomically
 
@@ -99,7 +98,7 @@ def keras_to_onnx(
     *,
     opset: int = DEFAULT_OPSET,
     io: str = "float32",
-    external_data_over: int = EXTERNAL_DATA_OVER,
+    external_data_over: int = DEFAULT_ONNX_EXTERNAL_DATA,
 ) -> OnnxExport:
     """Convert a Keras 3 or tf-keras model to a checked ONNX file at `path`.
 

@@ -8,7 +8,7 @@ type 'tensorflow.GraphDef'"), and a 1.07 GB one, which fit, peaked at 17.5
 GiB resident (16x its size) through the copies of every weight that
 freezing, grappler, tf2onnx, serializing and ONNX Runtime's sessions made.
 
-So a model whose weights pass a size (`EXTERNAL_DATA_OVER`) is traced with
+So a model whose weights pass a size (--onnx-external-data) is traced with
 its weights as extra inputs of the traced function, `stand-ins`: the
 GraphDef and the ONNX graph that tf2onnx makes of it carry no weight.
 The stand-ins become initializers whose data is not there yet (`pending`),
@@ -31,11 +31,6 @@ from onnx import TensorProto, helper
 from onnx.external_data_helper import uses_external_data
 
 from mpconvert.onnx.proto import graphs
-
-# Weights over this many bytes (summed over the model's variables as it holds them, float32 for a mixed
-# policy) are written to an external data file. Protobuf's limit is 2 GiB; below that, a plain export of a
-# 1.07 GB Dense stack still peaked at 16x its size, so the external path starts well under it.
-EXTERNAL_DATA_OVER = 512 << 20
 
 # A variable under this many bytes stays in the graph as a constant (tf2onnx's own cut-off for weights:
 # shapes and small vectors that its handlers and optimizers read as values).

@@ -27,6 +27,7 @@ from onnx import TensorProto, helper
 
 from ..errors import MpconvertError
 from ..onnx.emulate import promote_16bit_ops
+from ..onnx.external import external_files
 from ..onnx.proto import fed_inputs
 from .base import RUNTIME_REFERENCE, RunResult
 
@@ -103,14 +104,19 @@ def usable_providers() -> dict[str, list[str]]:
 # What a server gets when ONNX Runtime's default (all) graph optimizations fail on a batch its file serves:
 # the CPU layout transform (NCHWc) rewrites a Reshape to {0,-1,1,1,16}, which an empty batch makes ambiguous.
 EXTENDED = "ORT_ENABLE_EXTENDED"
+DISABLE_ALL = "ORT_DISABLE_ALL"
 
 
 def open_session(
-    model: str | pathlib.Path | bytes, providers: Sequence[str] | None = None, optimization: str | None = None
+    model: str | pathlib.Path | bytes,
+    providers: Sequence[str] | None = None,
+    optimization: str | None = None,
+    data_folder: pathlib.Path | None = None,
 ) -> Any:
     """An ONNX Runtime session for a file or serialized model, quiet, on `providers` (default: the best here).
 
-    `optimization` names a GraphOptimizationLevel; None keeps ONNX Runtime's default (all).
+    `optimization` names a GraphOptimizationLevel; None keeps ONNX Runtime's default (all). `data_folder`:
+    where a serialized model's external data files are (a file's are found beside it).
     """
     import onnxruntime as ort
 
@@ -118,6 +124,8 @@ def open_session(
     options.log_severity_level = 3  # else ORT warns about each node it puts on CPU
     if optimization is not None:
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, optimization)
+    if data_folder is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(data_folder))
     source = str(model) if isinstance(model, pathlib.Path) else model
     return ort.InferenceSession(source, options, providers=list(providers or session_providers()))
 
@@ -151,9 +159,11 @@ def run_onnx(
     """
     path = pathlib.Path(path)
     try:
-        proto = onnx.load(path)
+        # The weights of a file with external data stay where they are: ONNX Runtime reads them from there.
+        proto = onnx.load(path, load_external_data=False)
     except (OSError, DecodeError) as exc:
         raise MpconvertError(f"cannot read ONNX file {path}: {exc}") from exc
+    external = bool(external_files(proto))
     expected = fed_inputs(proto)
     if sorted(feeds) != sorted(expected):
         raise MpconvertError(
@@ -163,17 +173,18 @@ def run_onnx(
     names = tuple(o.name for o in proto.graph.output)
     feeds = as_declared(feeds, {i.name: i.type.tensor_type.elem_type for i in proto.graph.input})
 
-    def ort_run(model_bytes: bytes, optimization: str | None = None) -> tuple[list[np.ndarray], str]:
-        session = open_session(model_bytes, providers, optimization)
+    def ort_run(model: bytes | pathlib.Path, optimization: str | None = None) -> tuple[list[np.ndarray], str]:
+        session = open_session(model, providers, optimization, path.parent if external else None)
         return list(session.run(None, feeds)), runtime_of(session)
 
+    as_written = path if external else proto.SerializeToString()
     try:
-        outputs, runtime = ort_run(proto.SerializeToString())
+        outputs, runtime = ort_run(as_written)
         return RunResult(outputs, runtime, names=names)
     except Exception as exc:
         if not missing_kernel(exc):
             try:  # the file may be right and ONNX Runtime's layout optimization wrong for this batch
-                outputs, runtime = ort_run(proto.SerializeToString(), EXTENDED)
+                outputs, runtime = ort_run(as_written, EXTENDED)
             except Exception:
                 raise exc from None
             why = " ".join(str(exc).split())[:160]
@@ -183,8 +194,10 @@ def run_onnx(
 
     if emulate_16bit:
         promoted, ops = promote_16bit_ops(proto)
+        # ONNX Runtime's constant folding would turn every 16-bit weight's Cast into a float32 copy of it,
+        # twice the file's weights in memory; a large model's copy computes each Cast when it runs instead.
         try:
-            outputs, runtime = ort_run(promoted.SerializeToString())
+            outputs, runtime = ort_run(promoted.SerializeToString(), DISABLE_ALL if external else None)
             return RunResult(outputs, runtime, promoted_ops=list(ops), names=names)
         except Exception as exc:
             if not missing_kernel(exc):
@@ -192,6 +205,8 @@ def run_onnx(
 
     from onnx.reference import ReferenceEvaluator
 
+    if external:
+        onnx.load_external_data_for_model(proto, str(path.parent))
     outputs = [np.asarray(o) for o in ReferenceEvaluator(proto).run(None, feeds)]
     _check_declared(proto, outputs)
     return RunResult(outputs, RUNTIME_REFERENCE, names=names)
