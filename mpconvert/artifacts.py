@@ -13,6 +13,7 @@ Any other exception is mpconvert's bug and propagates.
 
 from __future__ import annotations
 
+import gc
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -221,7 +222,13 @@ def litert_parity(written: Any, rows: list[np.ndarray], expected: list, signatur
 
 def write_checked(writers: Sequence[Writer], expected: list, needed: int) -> list[Artifact]:
     """Every writer's artifact, written and re-checked; `needed` bytes must be free for each."""
-    return [_guarded(kind, path, expected, write, needed) for kind, path, write in writers]
+    written = []
+    for kind, path, write in writers:
+        written.append(_guarded(kind, path, expected, write, needed))
+        # What re-loaded it (a SavedModel's restored variables, a reloaded .keras model: each a whole copy
+        # of the weights) is a cycle of TensorFlow objects: freed before the next artifact loads its own.
+        gc.collect()
+    return written
 
 
 def _guarded(

@@ -15,6 +15,7 @@ untouched, whereas rebuilding them with a new dtype fails.
 from __future__ import annotations
 
 import copy
+import gc
 import dataclasses
 import re
 from collections.abc import Iterator
@@ -303,6 +304,10 @@ def rewrite(model: Any, framework: Framework, options: RewriteOptions, rows: lis
         except Exception as exc:
             raise _unbuildable(model, exc) from exc
         fidelity = prove_faithful(model, float32, rows)
+        # The proof's model is a whole copy of the weights: gone before the 16-bit one is built, so that a
+        # rewrite holds two models at once, not three (Keras models are reference cycles: collected here).
+        del float32
+        gc.collect()
         while True:
             try:
                 new, rounded = _build(framework, model, apply_plan(config, cls, plan), plan, smoke)
