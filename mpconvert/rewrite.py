@@ -15,8 +15,8 @@ untouched, whereas rebuilding them with a new dtype fails.
 from __future__ import annotations
 
 import copy
-import gc
 import dataclasses
+import gc
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass

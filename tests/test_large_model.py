@@ -157,9 +157,7 @@ def test_a_model_over_2_gib_converts_with_external_data(tmp_path):
     model.save(tmp_path / "big.keras")
     del model
     out = tmp_path / "out"
-    result = invoke(
-        tmp_path / "big.keras", "--policy", "mixed_bfloat16", "--export", "onnx,savedmodel", "--out", out
-    )
+    result = invoke(tmp_path / "big.keras", "--policy", "mixed_bfloat16", "--export", "onnx,savedmodel", "--out", out)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     onnx_artifact = next(a for a in report["artifacts"] if a["kind"] == "onnx")
