@@ -48,17 +48,21 @@ def data_file_of(path: pathlib.Path) -> pathlib.Path:
     return path.with_name(path.name + ".data")
 
 
+def _dtype(variable) -> np.dtype:
+    # A Keras 3 variable's dtype is a string, a tf-keras one's a tf.DType; a string variable counts as none.
+    try:
+        return np.dtype(getattr(variable.dtype, "as_numpy_dtype", variable.dtype))
+    except TypeError:
+        return np.dtype(np.uint8)
+
+
 def variable_bytes(variable) -> int:
-    return int(np.prod(variable.shape, dtype=np.int64)) * np.dtype(variable.dtype).itemsize
+    return int(np.prod(variable.shape, dtype=np.int64)) * _dtype(variable).itemsize
 
 
 def stand_ins(variables) -> list:
     """The float variables that leave the graph: every one of STAND_IN_MIN_BYTES or more, in model order."""
-    return [
-        v
-        for v in variables
-        if np.issubdtype(np.dtype(v.dtype), np.floating) and variable_bytes(v) >= STAND_IN_MIN_BYTES
-    ]
+    return [v for v in variables if np.issubdtype(_dtype(v), np.floating) and variable_bytes(v) >= STAND_IN_MIN_BYTES]
 
 
 def as_pending_initializers(proto, names: list[str]) -> None:
