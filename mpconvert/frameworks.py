@@ -72,36 +72,12 @@ class Framework:
         conversions in the same process.
         """
         with contextlib.ExitStack() as stack:
-            stack.enter_context(self.weights_through_disk())
             if custom_objects:
                 stack.enter_context(self.module.utils.custom_object_scope(custom_objects))
             if not safe:
                 serialization_lib = importlib.import_module(f"{self.name}.src.saving.serialization_lib")
                 stack.enter_context(serialization_lib.SafeModeScope(False))
             yield
-
-    @contextlib.contextmanager
-    def weights_through_disk(self) -> Iterator[None]:
-        """Keras 3 saves and loads a .keras file's weights through a temporary file beside it.
-
-        Keras 3.15 stages the whole weights file in memory whenever psutil
-        says it fits in half the free memory (`is_memory_sufficient`), and
-        copies it once more to write it: a 1.07 GB model took 2.6x its size
-        to load and two more copies to save as model.keras. Its own fallback
-        for models that do not fit goes through a temporary file beside the
-        .keras file instead; here it is taken for every model. A module
-        global, restored afterwards.
-        """
-        if not self.is_keras3:
-            yield
-            return
-        saving_lib: Any = importlib.import_module("keras.src.saving.saving_lib")
-        saved = saving_lib.is_memory_sufficient
-        saving_lib.is_memory_sufficient = lambda model: False
-        try:
-            yield
-        finally:
-            saving_lib.is_memory_sufficient = saved
 
     def model_from_config(self, model: Any, config: dict) -> Any:
         return type(model).from_config(config)
