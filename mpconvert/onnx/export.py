@@ -46,10 +46,7 @@ import tensorflow as tf
 from onnx import TensorProto, helper
 
 from mpconvert.errors import MpconvertError
-from mpconvert.frameworks import KERAS3, framework_of
 from mpconvert.onnx.checks import (  # noqa: F401 (layer_of: tests)
-    PROTOBUF_LIMIT,
-    TooLarge,
     check,
     check_file,
     check_inputs,
@@ -57,13 +54,7 @@ from mpconvert.onnx.checks import (  # noqa: F401 (layer_of: tests)
     reject_unconverted_ops,
 )
 from mpconvert.onnx.edges import edge_casts, float16_io
-from mpconvert.onnx.external import (
-    as_pending_initializers,
-    data_file_of,
-    stand_ins,
-    variable_bytes,
-    write_weights,
-)
+from mpconvert.onnx.external import as_pending_initializers, data_file_of, reader, weights_apart, write_weights
 from mpconvert.onnx.graphdef import drop_xla_markers, graph_dtypes, pack_16bit_constants, take_weights
 from mpconvert.onnx.handlers import ML_DOMAIN, ML_OPSET, register_tf2onnx_handlers
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
@@ -112,7 +103,7 @@ def keras_to_onnx(
     check_opset(opset)
     specs = _named_specs(model, input_specs)
     output_names = _output_names(model)
-    apart = _weights_apart(model, external_data_over)
+    apart = weights_apart(model, external_data_over)
 
     proto, tf_dtypes, patched = _convert(model, specs, output_names, opset, apart)
 
@@ -123,33 +114,11 @@ def keras_to_onnx(
     values = None
     if apart:
         names = [i.name for i in proto.graph.input if i.name.startswith(_STAND_IN)]
-        values = {name: _reader(apart[int(name.removeprefix(_STAND_IN).split(":")[0])]) for name in names}
+        values = {name: reader(apart[int(name.removeprefix(_STAND_IN).split(":")[0])]) for name in names}
         as_pending_initializers(proto, names)
     check_inputs(proto, specs)
 
     return _finish(proto, tf_dtypes, patched, unit_of, path, opset, io, values)
-
-
-def _weights_apart(model, over: int) -> list:
-    """The variables to trace as inputs (external.py), or none when the model's weights are `over` bytes or less."""
-    variables = list(model.variables)
-    total = sum(variable_bytes(v) for v in variables)
-    if total <= over:
-        return []
-    if framework_of(model) is not KERAS3:  # only Keras 3 calls a model on other values than its variables
-        if total >= PROTOBUF_LIMIT:
-            raise TooLarge(
-                f"the model's weights ({total / 1e9:.2f} GB) are over protobuf's 2 GiB limit on one message, and "
-                "a tf-keras model can only be converted to ONNX frozen into one TensorFlow GraphDef",
-                hint="load the model in Keras 3 and save it as model.keras to export ONNX with external data, "
-                "or use --export savedmodel",
-            )
-        return []
-    return stand_ins(variables)
-
-
-def _reader(variable):
-    return lambda: variable.numpy()
 
 
 def _finish(
