@@ -11,7 +11,7 @@ its process tree sampled every 0.2 s) as a multiple of the model's float32
 size, with the stage that was running at the peak; then the CPU's name.
 
 Measured on a shared 2-core Xeon (AMX): 1.07 GB, exit 0, 434 s, 5.49x (17.53
-GiB, 16.3x, before the export kept weights apart); 2.22 GB, exit 0, 308 s,
+GiB, 17.5x, before the export kept weights apart); 2.22 GB, exit 0, 308 s,
 4.96x (the user report before: exit 3, 225 s, 14.3 GiB). The 2.2 GB case
 needs about 11 GB free and several minutes: `--sizes 1` runs the small one
 alone.

@@ -254,7 +254,7 @@ DEFAULT_OPSET = 17
 ONNX_IO = ("float32", "float16")
 MIN_OPSET = 13  # the first opset with bfloat16 in most op schemas
 # Protobuf caps one message at 2 GiB; below that, a one-file ONNX export of a 1.07 GB Dense stack still
-# peaked at 16x its size (every weight copied by freezing, grappler, tf2onnx and serializing), so the
+# peaked at 17.5x its size (every weight copied by freezing, grappler, tf2onnx and serializing), so the
 # weights go to external data from well under the limit.
 DEFAULT_ONNX_EXTERNAL_DATA = 512 << 20
 MAX_OPSET = 18

@@ -5,7 +5,7 @@ every weight: the frozen TensorFlow GraphDef (float32 constants, which
 grappler and TensorFlow's importer take serialized) and the ONNX ModelProto.
 A 2.2 GB float32 model failed in the first ("Error parsing message with
 type 'tensorflow.GraphDef'"), and a 1.07 GB one, which fit, peaked at 17.5
-GiB resident (16x its size) through the copies of every weight that
+GiB resident (17.5x its size) through the copies of every weight that
 freezing, grappler, tf2onnx, serializing and ONNX Runtime's sessions made.
 
 So a model whose weights pass a size (--onnx-external-data) is traced with
