@@ -13,6 +13,7 @@ Any other exception is mpconvert's bug and propagates.
 
 from __future__ import annotations
 
+import gc
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,12 +25,14 @@ import numpy as np
 from .artifact_kinds import ArtifactKind
 from .digests import Digest, digest
 from .errors import MpconvertError, NotExportable, WriteError
+from .onnx.checks import TooLarge
+from .onnx.external import data_file_of
 from .runners.base import Runner, RunResult
 from .runners.litert import LiteRTRunner
 from .runners.onnx import EXTENDED, OnnxRunner
 from .runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
 from .sections import Artifact, ArtifactOutput
-from .sections.artifacts import ServedBatch, overall
+from .sections.artifacts import DataFile, ServedBatch, overall
 from .signature import Signature
 from .validate import max_abs_diff
 from .writing import writing
@@ -126,11 +129,12 @@ def parity(
     signature: Signature,
     written: Digest | None = None,
     batches: tuple[ServedBatch, ...] | None = None,
+    data_files: Sequence[Path] = (),
 ) -> Artifact:
     """An artifact's parity over all outputs; with several outputs, each one's too (by name).
 
     `written` is the file's digest where the caller has it already (`verify` checked it), else it is taken;
-    `batches` what `serving_batches` found.
+    `batches` what `serving_batches` found; `data_files` the files beside it that it reads (external data).
     """
     each = {
         spec.name: ArtifactOutput(max_abs_diff([e], [g]), _max_abs([e]))
@@ -140,10 +144,11 @@ def parity(
     whole = overall(each.values())
     outputs = each if len(each) > 1 else None
     written = written or digest(path)
+    data = tuple(DataFile(f.name, found.bytes, found.sha256) for f in data_files for found in [digest(f)])
     return Artifact(
         kind,
         path.name,
-        written.bytes,
+        written.bytes + sum(d.bytes for d in data),
         whole.max_abs_diff,
         whole.max_abs_ref,
         runtime,
@@ -152,6 +157,7 @@ def parity(
         sha256=written.sha256,
         batches=batches,
         rows=len(expected[0]) if expected else None,
+        external_data=data or None,
     )
 
 
@@ -189,6 +195,7 @@ def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signa
         "output_names": list(written.outputs),
     }
     batches = serving_batches(runner, rows, expected)
+    folder = written.export.path.parent
     return parity(
         ArtifactKind.ONNX,
         written.export.path,
@@ -199,6 +206,7 @@ def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signa
         signature,
         None,
         batches,
+        [folder / name for name in written.export.external_data],
     )
 
 
@@ -215,7 +223,13 @@ def litert_parity(written: Any, rows: list[np.ndarray], expected: list, signatur
 
 def write_checked(writers: Sequence[Writer], expected: list, needed: int) -> list[Artifact]:
     """Every writer's artifact, written and re-checked; `needed` bytes must be free for each."""
-    return [_guarded(kind, path, expected, write, needed) for kind, path, write in writers]
+    written = []
+    for kind, path, write in writers:
+        written.append(_guarded(kind, path, expected, write, needed))
+        # What re-loaded it (a SavedModel's restored variables, a reloaded .keras model: each a whole copy
+        # of the weights) is a cycle of TensorFlow objects: freed before the next artifact loads its own.
+        gc.collect()
+    return written
 
 
 def _guarded(
@@ -224,19 +238,23 @@ def _guarded(
     """`write(path)`, or a failed Artifact with the reason when it raises an MpconvertError.
 
     A half-written file is removed: nothing in the output folder may look
-    like an artifact that was not checked. A full disk (WriteError) fails
-    the whole run instead: no other artifact would fit either.
+    like an artifact that was not checked (an ONNX file's external data
+    beside it too). A full disk (WriteError) fails the whole run instead: no
+    other artifact would fit either; so does a model too large for the
+    format whatever the settings (TooLarge), with the one line that says
+    so and what to export instead, not a failed parity check.
     """
     try:
         with writing(path, f"the {kind} artifact", needed):
             return write(path)
-    except WriteError:
+    except (WriteError, TooLarge):
         raise
     except MpconvertError as exc:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+            data_file_of(path).unlink(missing_ok=True)
         reason = str(exc).replace("\n  fix:", "; fix:")
         refused = isinstance(exc, NotExportable)
         return Artifact(

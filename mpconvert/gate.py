@@ -43,7 +43,7 @@ from .sections import (
     Validation,
     native,
 )
-from .sections.stages import NOTHING_TO_PAD
+from .sections.stages import NOT_TRIED, NOTHING_TO_PAD
 from .sections.validation import Measured, worse_by
 from .thresholds import Baseline, Thresholds
 from .validate import within
@@ -380,7 +380,7 @@ def _padding(padding: PaddingReport) -> Check:
     if not padding.compared:
         # No padded model was built, so there is no proof to claim: say why, as the stage did.
         reason = padding.reason or "nothing to pad"
-        if not reason.startswith(NOTHING_TO_PAD):
+        if not reason.startswith((NOTHING_TO_PAD, NOT_TRIED)):
             reason = f"{NOTHING_TO_PAD}: {reason}"
         return Check(PADDING, True, f"{reason}; nothing was compared, the unpadded model was exported", values)
     if padding.passed:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -342,6 +343,10 @@ def rewrite(model: Any, framework: Framework, options: RewriteOptions, rows: lis
         except Exception as exc:
             raise _unbuildable(model, exc) from exc
         fidelity = prove_faithful(model, float32, rows)
+        # The proof's model is a whole copy of the weights: gone before the 16-bit one is built, so that a
+        # rewrite holds two models at once, not three (Keras models are reference cycles: collected here).
+        del float32
+        gc.collect()
         while True:
             try:
                 new, rounded = _build(framework, model, apply_plan(config, cls, plan), plan, smoke)

@@ -4,8 +4,9 @@ A conversion is judged where it ran (a CI runner, a CPU box); the artifacts
 serve elsewhere, with other library versions, another provider, after a
 copy between buckets. Verify trusts nothing it cannot check there:
 
-1. every artifact's bytes against the sha256 report.json recorded (and
-   golden.npz's): a changed, missing or damaged file fails, named;
+1. every artifact's bytes against the sha256 report.json recorded (an
+   ONNX file's external data files too, and golden.npz's): a changed,
+   missing or damaged file fails, named;
 2. each SavedModel and ONNX file loaded with the runtimes installed here
    (ONNX Runtime on the provider asked for) and run on the golden rows:
    parity against the converted model's recorded outputs (the gate's own
@@ -278,7 +279,18 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
             f"{folder} has none of the artifacts asked for ({chosen}): it holds {present}",
             hint=f"verify what the conversion wrote (--artifacts {present}), or convert with --export {chosen}",
         )
-    files = [_file_check(folder, a["path"], a["kind"], a["sha256"]) for a in recorded]
+    # Each artifact's own file first, then the files it reads beside it (an ONNX file's external data).
+    checked_files = [
+        [
+            _file_check(folder, a["path"], a["kind"], a["sha256"]),
+            *(
+                _file_check(folder, d["path"], f"{a['kind']} external data", d["sha256"])
+                for d in a.get("external_data") or ()
+            ),
+        ]
+        for a in recorded
+    ]
+    files = [check for checks in checked_files for check in checks]
     golden_file = _file_check(folder, golden["path"], "golden rows", golden["sha256"])
     source = Source.from_json(stored["source"])
     signature = Signature(source.inputs, source.outputs)
@@ -288,11 +300,12 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
     rows = None
     if golden_file.passed:
         rows = read_golden(folder / golden["path"], [s.name for s in source.inputs], [s.name for s in source.outputs])
-    for artifact, checked in zip(recorded, files):
+    for artifact, checks in zip(recorded, checked_files):
         kind = artifact["kind"]
         if kind not in RUNNERS:
             continue  # model.keras: hash-checked; serving runs the SavedModel
         opener, runtime = RUNNERS[kind]
+        checked = next((c for c in checks if not c.passed), checks[0])
         if not checked.passed:
             runs.append(
                 ArtifactRun(kind, artifact["path"], skipped=f"{checked.message}; its outputs would mean nothing")

@@ -162,8 +162,13 @@ class ModelKind(ABC):
         on `rows` against `expected` (the model's own outputs)."""
 
     @abstractmethod
-    def onnx(self, model: Any, path: Path, opset: int, io: str = "float32") -> OnnxFile:
-        """An ONNX export of the original or a converted model (also the float32 baseline of --bench-onnx)."""
+    def onnx(
+        self, model: Any, path: Path, opset: int, io: str = "float32", external_data: int | None = None
+    ) -> OnnxFile:
+        """An ONNX export of the original or a converted model (also the float32 baseline of --bench-onnx).
+
+        `external_data`: weights over that many bytes go to an external data file (None: the default).
+        """
 
     @abstractmethod
     def output_bytes(self, model: Any, kinds: Sequence[str]) -> int:

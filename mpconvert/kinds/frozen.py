@@ -221,7 +221,10 @@ class FrozenKind(ModelKind):
             writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))
         return writers
 
-    def onnx(self, model: Any, path: Path, opset: int, io: str = "float32") -> OnnxFile:
+    def onnx(
+        self, model: Any, path: Path, opset: int, io: str = "float32", external_data: int | None = None
+    ) -> OnnxFile:
+        """A frozen graph holds its weights as constants: one file (`external_data` applies to Keras models)."""
         from ..onnx.export import graph_to_onnx
 
         exported = graph_to_onnx(

@@ -169,7 +169,10 @@ class KerasKind(ModelKind):
                     ArtifactKind.ONNX,
                     out / "model.onnx",
                     lambda path: onnx_parity(
-                        self.onnx(model, path, options.opset, options.onnx_io), rows, expected, signature
+                        self.onnx(model, path, options.opset, options.onnx_io, options.onnx_external_data),
+                        rows,
+                        expected,
+                        signature,
                     ),
                 )
             )
@@ -194,10 +197,13 @@ class KerasKind(ModelKind):
             writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))
         return writers
 
-    def onnx(self, model: Any, path: Path, opset: int, io: str = "float32") -> OnnxFile:
+    def onnx(
+        self, model: Any, path: Path, opset: int, io: str = "float32", external_data: int | None = None
+    ) -> OnnxFile:
         from ..onnx.export import keras_to_onnx
 
-        exported = keras_to_onnx(model, input_specs(self.signature), path, opset=opset, io=io)
+        over = {} if external_data is None else {"external_data_over": external_data}
+        exported = keras_to_onnx(model, input_specs(self.signature), path, opset=opset, io=io, **over)
         names = tuple(spec.name for spec in self.signature.inputs)
         return OnnxFile(exported, names, tuple(spec.name for spec in self.signature.outputs))
 

@@ -1,7 +1,8 @@
 """Checks on a converted ONNX graph, naming the Keras layer behind a problem.
 
 Unconverted TensorFlow ops, inputs the model does not have (captured
-tensors), the 2 GiB protobuf limit and onnx.checker's full check: each a
+tensors), the 2 GiB protobuf limit and onnx.checker's full check (of the
+written file by path, for one with external data): each a
 clear MpconvertError with the layer to keep float32 where one is to blame.
 Imports onnx only (the layer lookup reads the Keras model's layer names).
 """
@@ -18,14 +19,20 @@ from mpconvert.onnx.proto import fed_inputs, graphs, schema
 __all__ = [
     "INEXPRESSIBLE",
     "NotExportable",
+    "TooLarge",
     "check",
+    "check_file",
     "check_inputs",
     "layer_of",
     "refuse_inexpressible",
     "reject_unconverted_ops",
 ]
 
-_PROTOBUF_LIMIT = 2**31 - 1
+PROTOBUF_LIMIT = 2**31 - 1
+
+
+class TooLarge(MpconvertError):
+    """A size limit no setting gets past: the run stops (exit 1) instead of reporting a failed artifact."""
 
 
 def layer_of(node_name, model):
@@ -178,17 +185,27 @@ def check(proto, unit_of):
         data = proto.SerializeToString()
     except ValueError:  # protobuf's answer past the limit, as onnx.save expects
         data = None
-    if data is None or len(data) > _PROTOBUF_LIMIT:
-        raise MpconvertError(
-            "the ONNX model is over the 2 GiB protobuf limit, and tf2onnx's external-data "
-            "mode does not work with NumPy 2",
+    if data is None or len(data) > PROTOBUF_LIMIT:
+        # Weights traced apart stay out of the message (external.py); what is left is constants the trace made.
+        raise TooLarge(
+            "the ONNX model is over protobuf's 2 GiB limit on one message with its weights kept in external "
+            "data: its graph holds that much in constants the model computes, not in its variables",
             hint="use --export savedmodel",
         )
+    _checked(data, proto, unit_of)
+    return data
+
+
+def check_file(path, proto, unit_of) -> None:
+    """onnx.checker's full check of a written file by its path: its external data is found beside it."""
+    _checked(str(path), proto, unit_of)
+
+
+def _checked(model, proto, unit_of) -> None:
     try:
-        onnx.checker.check_model(data, full_check=True)
+        onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         msg = first_line(exc, limit=1000)
         layer = next((unit_of(n.name) for n in proto.graph.node if n.name and n.name in msg), None)
         hint = "use --export savedmodel" + (f", or --keep-float32 {layer}" if layer else "")
         raise MpconvertError(f"the converted ONNX graph is invalid: {msg}", hint=hint) from exc
-    return data

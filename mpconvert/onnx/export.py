@@ -8,8 +8,11 @@ wrong for mixed precision, and how it is handled here:
   bfloat16 constants and give up silently, leaving a Transpose around every
   conv. `tf2onnx_knows_bfloat16` fixes both at the source for the duration
   of a conversion; the passes in repairs.py fix what is left (see there).
-* `large_model=True` calls np.product, gone in NumPy 2, so graphs over the
-  2 GiB protobuf limit cannot be written.
+* `large_model=True` calls np.product, gone in NumPy 2, and freezes every
+  weight into one GraphDef, which protobuf caps at 2 GiB. Models whose
+  weights pass `external_data_over` are traced with their weights as extra
+  inputs instead, which become initializers in an external data file
+  (external.py).
 
 Keras 3 models meet three more gaps, handled in `_from_concrete_function`
 and `handlers.register_tf2onnx_handlers`: tensors the trace captures (EfficientNet's
@@ -43,8 +46,16 @@ import tensorflow as tf
 from onnx import TensorProto, helper
 
 from mpconvert.errors import MpconvertError
-from mpconvert.onnx.checks import check, check_inputs, layer_of, refuse_inexpressible, reject_unconverted_ops
+from mpconvert.onnx.checks import (
+    check,
+    check_file,
+    check_inputs,
+    layer_of,
+    refuse_inexpressible,
+    reject_unconverted_ops,
+)
 from mpconvert.onnx.edges import edge_casts, float16_io
+from mpconvert.onnx.external import as_pending_initializers, data_file_of, reader, weights_apart, write_weights
 from mpconvert.onnx.graphdef import (
     computing_nodes,
     drop_xla_markers,
@@ -54,7 +65,7 @@ from mpconvert.onnx.graphdef import (
 )
 from mpconvert.onnx.handlers import ML_DOMAIN, ML_OPSET, register_tf2onnx_handlers
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
-from mpconvert.options import DEFAULT_OPSET, check_opset
+from mpconvert.options import DEFAULT_ONNX_EXTERNAL_DATA, DEFAULT_OPSET, check_opset
 from mpconvert.signature import signature_of
 from mpconvert.writing import replace_atomically
 
@@ -70,34 +81,59 @@ class OnnxExport:
     repairs: list[str] = field(default_factory=list)
     io: str = "float32"  # the element type of its float inputs and outputs (--onnx-io)
     edges: dict = field(default_factory=dict)  # edges.edge_casts: the casts at its inputs and outputs
+    # The external data files beside it, by name (empty: the weights are in the .onnx file); `bytes` counts them.
+    external_data: tuple[str, ...] = ()
+
+
+# Names of the traced function's extra inputs that stand in for a large model's weights.
+_STAND_IN = "mpconvert_weight_"
 
 
 def keras_to_onnx(
-    model, input_specs: list[tf.TensorSpec], path: pathlib.Path, *, opset: int = DEFAULT_OPSET, io: str = "float32"
+    model,
+    input_specs: list[tf.TensorSpec],
+    path: pathlib.Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    io: str = "float32",
+    external_data_over: int = DEFAULT_ONNX_EXTERNAL_DATA,
 ) -> OnnxExport:
     """Convert a Keras 3 or tf-keras model to a checked ONNX file at `path`.
 
     Inputs are named after `input_specs` (unnamed ones after the model's
     inputs), outputs after the model's output layers; both float32, or
-    float16 with `io="float16"`.
+    float16 with `io="float16"`. A Keras 3 model whose weights pass
+    `external_data_over` bytes has them written to PATH.data beside it
+    (external.py).
     """
     path = pathlib.Path(path)
     check_opset(opset)
     specs = _named_specs(model, input_specs)
     output_names = _output_names(model)
+    apart = weights_apart(model, external_data_over)
 
     def unit_of(node_name):
         return layer_of(node_name, model)
 
-    proto, tf_dtypes, patched = _convert(model, specs, output_names, opset, unit_of)
+    proto, tf_dtypes, patched = _convert(model, specs, output_names, opset, unit_of, apart)
     reject_unconverted_ops(proto, unit_of)
+    values = None
+    if apart:
+        names = [i.name for i in proto.graph.input if i.name.startswith(_STAND_IN)]
+        values = {name: reader(apart[int(name.removeprefix(_STAND_IN).split(":")[0])]) for name in names}
+        as_pending_initializers(proto, names)
     check_inputs(proto, specs)
 
-    return _finish(proto, tf_dtypes, patched, unit_of, path, opset, io)
+    return _finish(proto, tf_dtypes, patched, unit_of, path, opset, io, values)
 
 
-def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset: int, io: str) -> OnnxExport:
-    """Repair, check and write the converted graph; `unit_of(node name)` names a failing node's layer or node."""
+def _finish(
+    proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset: int, io: str, weights=None
+) -> OnnxExport:
+    """Repair, check and write the converted graph; `unit_of(node name)` names a failing node's layer or node.
+
+    `weights`: name -> reader of each pending initializer (external.py), written to an external data file.
+    """
     repairs: list[str] = []
     if tf.bfloat16 in tf_dtypes:
         if patched:
@@ -114,14 +150,16 @@ def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset:
         repairs.extend(float16_io(proto))
     for repair in REPAIRS:
         repairs.extend(repair(proto))
-    data = check(proto, unit_of)
-
-    replace_atomically(path, data, "the ONNX file")  # the bytes onnx.save writes
+    external: tuple[str, ...] = ()
+    if weights is None:
+        replace_atomically(path, check(proto, unit_of), "the ONNX file")  # the bytes onnx.save writes
+    else:
+        external = _write_apart(proto, weights, unit_of, path)
 
     dtypes = Counter(TensorProto.DataType.Name(t.data_type) for t in proto.graph.initializer)
     return OnnxExport(
         path=path,
-        bytes=path.stat().st_size,
+        bytes=path.stat().st_size + sum((path.parent / name).stat().st_size for name in external),
         opset=opset,
         input_names=[i.name for i in proto.graph.input],
         output_names=[o.name for o in proto.graph.output],
@@ -129,7 +167,23 @@ def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset:
         repairs=repairs,
         io=io,
         edges=edge_casts(proto),
+        external_data=external,
     )
+
+
+def _write_apart(proto, weights, unit_of, path: pathlib.Path) -> tuple[str, ...]:
+    """The weights to PATH.data, then the graph to PATH, checked by path (the checker reads the data file's
+    size from there); both files are removed when anything fails."""
+    data = data_file_of(path)
+    try:
+        write_weights(proto, weights, path)
+        replace_atomically(path, proto.SerializeToString(), "the ONNX file")
+        check_file(path, proto, unit_of)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        data.unlink(missing_ok=True)
+        raise
+    return (data.name,)
 
 
 def _shape_outputs(proto) -> None:
@@ -233,12 +287,15 @@ def _output_names(model):
     return [spec.name for spec in signature_of(model).outputs] or None
 
 
-def _convert(model, specs, output_names, opset, unit_of):
-
+def _convert(model, specs, output_names, opset, unit_of, apart=()):
+    """The model traced and converted; the variables in `apart` are traced as extra inputs after `specs`."""
     signature = signature_of(model)
+    weight_specs = [tf.TensorSpec(v.shape, v.dtype, name=f"{_STAND_IN}{i}") for i, v in enumerate(apart)]
 
     def call(*args):
-        returned = model(signature.feed(args), training=False)
+        inputs, weights = args[: len(specs)], args[len(specs) :]
+        with _stateless(apart, weights):
+            returned = model(signature.feed(inputs), training=False)
         if isinstance(returned, dict) and not (output_names and len(output_names) == len(returned)):
             names, flat = list(returned), list(returned.values())
         else:
@@ -253,9 +310,9 @@ def _convert(model, specs, output_names, opset, unit_of):
         # tf2onnx names graph outputs after the keys of a returned dict.
         return dict(zip(_unique(names), flat))
 
-    fn = tf.function(call, input_signature=specs, autograph=False)
+    fn = tf.function(call, input_signature=[*specs, *weight_specs], autograph=False)
     try:
-        concrete = fn.get_concrete_function(*specs)
+        concrete = fn.get_concrete_function(*specs, *weight_specs)
     except Exception as exc:  # tracing fails on shapes/dtypes the model rejects
         given = ", ".join(f"{s.name}: {s.dtype.name}{s.shape}" for s in specs)
         raise MpconvertError(
@@ -277,6 +334,15 @@ def _convert(model, specs, output_names, opset, unit_of):
         del proto.graph.output[:]
         proto.graph.output.extend(ordered)
     return proto, graph_dtypes(graph_def), patched
+
+
+def _stateless(variables, values):
+    """Keras 3 reads `values` wherever the model reads `variables` (nothing when there are none)."""
+    if not variables:
+        return contextlib.nullcontext()
+    import keras
+
+    return keras.StatelessScope(state_mapping=list(zip(variables, values)))
 
 
 def _lookup_tables(model) -> dict[int, tuple]:

@@ -71,6 +71,13 @@ def tensor_types(proto):
 _WEIGHT_ELEMENTS = 1 << 14
 
 
+def is_weight(tensor) -> bool:
+    """A large initializer, or one whose data is in an external file: never a shape or an index that a pass
+    reads the values of."""
+    # not ByteSize(): upb serializes to count
+    return math.prod(tensor.dims) > _WEIGHT_ELEMENTS or tensor.data_location == TensorProto.EXTERNAL
+
+
 def without_weights(proto):
     """`proto` with its large initializers turned into typed graph inputs.
 
@@ -96,7 +103,7 @@ def without_weights(proto):
     )
     inputs = {i.name for i in g.input}
     for init in g.initializer:
-        if math.prod(init.dims) <= _WEIGHT_ELEMENTS:  # not ByteSize(): upb serializes to count
+        if not is_weight(init):
             light.graph.initializer.append(init)
         elif init.name not in inputs:
             light.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))

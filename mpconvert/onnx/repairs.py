@@ -33,6 +33,7 @@ from mpconvert.onnx.proto import (
     allowed_types,
     cast_to,
     graphs,
+    is_weight,
     name_factory,
     opset,
     prune,
@@ -268,7 +269,7 @@ def explicit_reshape_sizes(proto) -> list[str]:
     }
     fresh = name_factory(proto)
     g = proto.graph
-    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer if not is_weight(t)}
     consts.update(
         {
             n.output[0]: numpy_helper.to_array(n.attribute[0].t)

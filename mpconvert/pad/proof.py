@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -14,7 +15,7 @@ from ..options import PadOptions
 from ..precision import SIXTEEN_BIT, Precision
 from ..runners.keras import forward
 from ..sections import PaddingReport
-from ..sections.stages import NOTHING_TO_PAD, PADDED, UNPADDED, padding_failures
+from ..sections.stages import NOT_TRIED, NOTHING_TO_PAD, PADDED, UNPADDED, padding_failures
 from ..state import rebuild
 from ..validate import max_abs_diff
 from .apply import apply_padding
@@ -31,6 +32,11 @@ class Padding:
 # rounding. In 16 bits a wider layer may pick another kernel, which rounds
 # differently (Precision.pad_tolerance).
 TOLERANCE_FLOAT32 = 1e-6
+
+
+# Models with more weights (float32 bytes) are not padded: the proof's two extra copies would take a
+# conversion past 3x the model's size in memory (with the float32 original and the converted model).
+PROOF_MAX_BYTES = 512 << 20
 
 
 def _float32_twin(model: Any, framework: Framework) -> Any:
@@ -80,10 +86,20 @@ def pad(
     )
     if plan.empty:
         return Padding(model, replace(report, reason=_nothing_to_pad(plan.skipped, options.multiple)))
-    padded = apply_padding(functional, framework, plan)
+    weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
+    if weights > PROOF_MAX_BYTES:
+        reason = (
+            f"{NOT_TRIED}: the model's weights ({weights / 1e9:.2f} GB) are over {PROOF_MAX_BYTES >> 20} MiB, and "
+            "its proof holds two more copies of them beside the float32 and the converted model"
+        )
+        return Padding(model, replace(report, reason=reason))
+    # The float32 twins first, freed before the padded 16-bit model is built: two extra copies at most.
     twin = _float32_twin(functional, framework)
     padded_twin = apply_padding(twin, framework, plan)
     exact = max_abs_diff(forward(twin, inputs), forward(padded_twin, inputs))
+    del twin, padded_twin
+    gc.collect()
+    padded = apply_padding(functional, framework, plan)
     reference = forward(functional, inputs)
     sixteen = max_abs_diff(reference, forward(padded, inputs))
     largest = max(float(np.abs(r).max(initial=0.0)) for r in reference)

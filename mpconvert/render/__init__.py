@@ -27,7 +27,7 @@ from ..formats import units_of
 from ..hooks import Hooks
 from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
-from .common import Live, console_for, format_bytes, format_number, inner_lines, layer_counts_of, row
+from .common import Live, artifact_path, console_for, format_bytes, format_number, inner_lines, layer_counts_of, row
 from .doctor import render_doctor, render_model_timing
 from .figures import check_figures
 
@@ -123,7 +123,7 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
                 continue
             table.add_row(
                 art["kind"],
-                art["path"],
+                artifact_path(art),
                 format_bytes(art["bytes"]),
                 format_number(art["max_abs_diff"], 6),
                 format_number(limits.get(art["kind"]), 6),
@@ -534,7 +534,7 @@ def markdown(report: dict) -> str:
                 lines.append(row(f"{art['kind']} {NOT_WRITTEN}", "-", verdict, limit, art["reason"]))
                 continue
             lines.append(
-                row(f"{art['kind']} (`{art['path']}`)", format_bytes(art["bytes"]), diff, limit, art["runtime"])
+                row(f"{art['kind']} (`{artifact_path(art)}`)", format_bytes(art["bytes"]), diff, limit, art["runtime"])
             )
         lines.append("")
     lines += [row("check", "result", "details", "figures"), "| --- | --- | --- | --- |"]

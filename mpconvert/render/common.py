@@ -46,6 +46,12 @@ def format_number(value: float | None, digits: int = 4) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def artifact_path(art: dict) -> str:
+    """An artifact's path, with the files it reads beside it: "model.onnx + model.onnx.data (external data)"."""
+    data = [d["path"] for d in art.get("external_data") or ()]
+    return f"{art['path']} + {', '.join(data)} (external data)" if data else str(art["path"])
+
+
 def format_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":

@@ -46,6 +46,19 @@ class ServedBatch(Section):
 
 
 @dataclass(frozen=True)
+class DataFile(Section):
+    """A file an artifact cannot be read without (an ONNX file's external data), with its own sha256."""
+
+    path: str  # relative to the output folder
+    bytes: int
+    sha256: str
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> DataFile:
+        return cls(**known(cls, stored))
+
+
+@dataclass(frozen=True)
 class Artifact(Section):
     kind: ArtifactKind | str  # a str: read back, a kind this version does not know (its parity check fails)
     path: str | None  # relative to the output folder; None when it failed
@@ -70,6 +83,9 @@ class Artifact(Section):
     batches: tuple[ServedBatch, ...] | None = None
     # The rows it was re-run on and compared with the converted model; None in reports from before it was recorded.
     rows: int | None = None
+    # The files it reads beside it (an ONNX file's external data), each hash-checked by `verify`; `bytes`
+    # counts them. None: it has none, or a report from before they were recorded.
+    external_data: tuple[DataFile, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", member(ArtifactKind, self.kind))
@@ -84,12 +100,13 @@ class Artifact(Section):
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Artifact:
         found = known(cls, stored)
-        outputs, batches = found["outputs"], found["batches"]
+        outputs, batches, data = found["outputs"], found["batches"], found["external_data"]
         return cls(
             **{
                 **found,
                 "details": found["details"] or {},
                 "outputs": None if outputs is None else {n: ArtifactOutput.from_json(o) for n, o in outputs.items()},
                 "batches": None if batches is None else tuple(ServedBatch.from_json(b) for b in batches),
+                "external_data": None if data is None else tuple(DataFile.from_json(d) for d in data),
             }
         )

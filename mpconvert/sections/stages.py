@@ -79,6 +79,7 @@ def padding_failures(
 
 PADDED, UNPADDED = "padded", "unpadded"
 NOTHING_TO_PAD = "nothing to pad"  # how the stage's reason begins when it padded nothing (and proved nothing)
+NOT_TRIED = "padding not tried"  # ... when it did not plan or prove anything (a model too large to copy twice)
 
 
 @dataclass(frozen=True)
