@@ -299,6 +299,8 @@ def _render_validation(console: Console, v: dict) -> None:
         before, after = format_number(v["reference"]), format_number(v["converted"])
         console.print(f"  {v['metric']} on {v['rows']} samples: {before} -> {after}")
     if not v.get("outputs"):
+        if v.get("tokens"):
+            console.print(f"  {escape(token_line(v['tokens']))}")
         console.print("  " + ", ".join(_comparison(v)))
     if v.get("note") and v["metric"] is not None:
         console.print(f"  [yellow]{v['note']}[/]")
@@ -308,6 +310,22 @@ def _render_validation(console: Console, v: dict) -> None:
     if v.get("unread_keys"):
         keys = ", ".join(map(repr, v["unread_keys"]))
         console.print(f"  [yellow]warning: not read: {escape(keys)}, neither inputs nor labels of this model[/]")
+
+
+def token_line(tokens: dict) -> str:
+    """A sequence output's tokens: "1200 tokens (720 padding left out: input 'padding_mask' ...); cross-entropy
+    6.98 -> 6.95 (perplexity 1071 -> 1046)"."""
+    left_out = f"{tokens['padding']} padding left out" + (
+        f": {tokens['padding_from']}" if tokens.get("padding_from") else ""
+    )
+    text = f"{tokens['scored']} tokens ({left_out})"
+    if tokens.get("reference_cross_entropy") is not None or tokens.get("converted_cross_entropy") is not None:
+        text += (
+            f"; cross-entropy {format_number(tokens['reference_cross_entropy'])} -> "
+            f"{format_number(tokens['converted_cross_entropy'])} (perplexity "
+            f"{format_number(tokens.get('reference_perplexity'))} -> {format_number(tokens.get('converted_perplexity'))})"
+        )
+    return text
 
 
 def overlap_line(overlap: dict) -> str:
@@ -338,6 +356,8 @@ def _render_output(console: Console, o: dict) -> None:
         head = "no labels (drift only)"
     else:
         head = f"{o['metric']} {format_number(o['reference'])} -> {format_number(o['converted'])}"
+    if o.get("tokens"):
+        head += f"; {escape(token_line(o['tokens']))}"
     console.print(f"  output {o['name']}: {head}; " + ", ".join(_comparison(o)))
 
 
@@ -348,8 +368,9 @@ def _harm(v: dict, digits: int) -> str | None:
         return None
     text = f"{v['harmed']} harmed, {v['fixed']} fixed"
     if v.get("kept_correct") is not None:
+        unit = "tokens" if v.get("tokens") else "rows"  # a sequence output counts tokens
         text += (
-            f": kept {v['kept_correct']:.{digits}%} of the {v['kept_correct_rows']} rows the float32 model got right"
+            f": kept {v['kept_correct']:.{digits}%} of the {v['kept_correct_rows']} {unit} the float32 model got right"
         )
     return text
 
