@@ -288,10 +288,14 @@ def sequence_labels(
             "cannot be checked against it",
             hint="give the softmax output a fixed last dimension",
         )
+    # Padding positions are not read at all: whatever they hold (garbage, -100, repeated ids) is no label.
     skipped = np.zeros(labels.shape[: len(out.shape) - 1], dtype=bool)
-    if fits(labels.shape[1:], out.shape[1:]) and classes > 1:
-        sums = labels.sum(axis=-1)
-        if not (np.isin(labels, (0, 1)).all() and np.isin(sums, (0, 1)).all() and sums.any()):
+    if positions is not None and positions.shape == skipped.shape:
+        skipped = ~positions
+    if fits(labels.shape[1:], out.shape[1:]):
+        rows = labels[~skipped]
+        sums = rows.sum(axis=-1)
+        if not (np.isin(rows, (0, 1)).all() and np.isin(sums, (0, 1)).all() and sums.any()):
             if regression:
                 return None
             raise MpconvertError(
@@ -299,11 +303,10 @@ def sequence_labels(
                 hint=f"store {sequence_shapes(task)} (an all-zero row marks a position with no token)",
             )
         # An all-zero row is no token (Keras's categorical cross-entropy gives it no loss): not scored.
-        labels, skipped = labels.argmax(axis=-1), sums == 0
+        skipped = skipped | (labels.sum(axis=-1) == 0)
+        labels = labels.argmax(axis=-1)
     elif not fits(labels.shape[1:], out.shape[1:-1]):
         raise wrong
-    if positions is not None and positions.shape == labels.shape:
-        skipped = skipped | ~positions
     if skipped.all():
         raise MpconvertError(
             f"{where}: {key!r} has no token to score for output {out.name!r}: every position is padding"
