@@ -22,7 +22,7 @@ from conftest import invoke, refused
 from mpconvert import tokens
 from mpconvert.errors import MpconvertError
 from mpconvert.options import Metric
-from mpconvert.sections import OutputValidation, TokenScores, Validation
+from mpconvert.sections import OutputValidation, Validation
 from mpconvert.signature import TensorSpec
 from mpconvert.tasks import IGNORED, Task, TaskKind, TokenPadding, check_labels, padding_of
 from mpconvert.validate import choose_metric, compare_output
