@@ -120,10 +120,22 @@ def right_rows(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray
     return np.asarray(matched.reshape(len(matched), -1).all(axis=1))
 
 
-def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray) -> float:
-    task = task.scored_by(labels)
+def check_lined_up(task: Task, output: np.ndarray, labels: np.ndarray) -> None:
+    """Labels the output's values do not line up with are refused naming both shapes: an unknown axis
+    (a sequence's length) takes labels of any length when they are read, before the model has run."""
     if task.tokens:
         tokens.check_lined_up(task.output.name, output, labels)
+    elif task.kind is not TaskKind.SOFTMAX and labels.size != output.size:
+        raise MpconvertError(
+            f"the labels of output {task.output.name!r} have shape {labels.shape}, but the model gives {output.shape}",
+            hint="store labels shaped like the model's output",
+        )
+
+
+def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray) -> float:
+    task = task.scored_by(labels)
+    check_lined_up(task, output, labels)
+    if task.tokens:
         if metric == Metric.CROSS_ENTROPY:
             return tokens.cross_entropy(output, labels, task.logits)
         return tokens.accuracy(output, labels)
@@ -188,9 +200,9 @@ def compare_output(
             f"or probabilities): scored by {metric}, with no agreement check (there is no class to agree on)"
         )
     task = scored  # class ids on a sigmoid output: argmax, like a softmax
+    if labels is not None:
+        check_lined_up(task, reference, labels)
     if task.tokens:
-        if labels is not None:
-            tokens.check_lined_up(name, reference, labels)
         found.update(tokens.agreement_counts(reference, converted, labels, positions, resolution, task.logits))
         found["tokens"] = token_scores(task, reference, converted, labels, positions)
     elif task.kind is not TaskKind.REGRESSION:

@@ -265,7 +265,8 @@ def test_the_tagger_is_gated_per_token_with_padding_left_out(zoo, tmp_path, poli
     checks = {c["name"]: c for c in report["gate"]["checks"]}
     assert checks["accuracy gate"]["message"].startswith(f"token_accuracy {accuracy:.4f} -> ")
     assert " tokens the float32 model got right" in checks["agreement"]["message"]
-    assert f"{mask.sum()} tokens ({(~mask).sum()} padding left out" in result.output
+    line = f"{mask.sum()} tokens ({(~mask).sum()} padding left out"
+    assert line in result.output and line in (out / "report.html").read_text()
 
 
 def test_the_gpt2_logits_head_is_scored_and_fine_tuned_per_token(zoo, tmp_path):
@@ -308,3 +309,12 @@ def test_labels_of_a_wrong_shape_are_refused_naming_what_a_sequence_output_takes
         "'y' has shape (12,), expected (n, ?) token ids in [0, 1000) or (n, ?, 1000) one-hot rows",
         f"for sequence output 'lm_{head}'",
     )
+
+
+def test_labels_that_do_not_line_up_with_the_output_are_refused_when_it_has_run():
+    task = Task(TaskKind.SOFTMAX, SEQUENCE)
+    with pytest.raises(MpconvertError, match=r"have shape \(2, 3\), but the model gives \(2, 4, 3\)"):
+        compare_output(PROBABILITIES, PROBABILITIES, LABELS[:, :3], task, "token_accuracy")
+    targets = Task(TaskKind.SIGMOID, SEQUENCE)  # 0/1 per unit, on an unknown time axis
+    with pytest.raises(MpconvertError, match=r"output 'tags' have shape \(2, 5, 3\), but the model gives"):
+        compare_output(PROBABILITIES, PROBABILITIES, np.zeros((2, 5, 3), np.float32), targets, "accuracy")

@@ -27,7 +27,7 @@ from ..formats import units_of
 from ..hooks import Hooks
 from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
-from .common import Live, console_for, format_bytes, format_number, layer_counts_of, row
+from .common import Live, console_for, format_bytes, format_number, layer_counts_of, row, token_line
 from .doctor import render_doctor, render_model_timing
 
 __all__ = [
@@ -310,22 +310,6 @@ def _render_validation(console: Console, v: dict) -> None:
     if v.get("unread_keys"):
         keys = ", ".join(map(repr, v["unread_keys"]))
         console.print(f"  [yellow]warning: not read: {escape(keys)}, neither inputs nor labels of this model[/]")
-
-
-def token_line(tokens: dict) -> str:
-    """A sequence output's tokens: "1200 tokens (720 padding left out: input 'padding_mask' ...); cross-entropy
-    6.98 -> 6.95 (perplexity 1071 -> 1046)"."""
-    left_out = f"{tokens['padding']} padding left out" + (
-        f": {tokens['padding_from']}" if tokens.get("padding_from") else ""
-    )
-    text = f"{tokens['scored']} tokens ({left_out})"
-    if tokens.get("reference_cross_entropy") is not None or tokens.get("converted_cross_entropy") is not None:
-        text += (
-            f"; cross-entropy {format_number(tokens['reference_cross_entropy'])} -> "
-            f"{format_number(tokens['converted_cross_entropy'])} (perplexity "
-            f"{format_number(tokens.get('reference_perplexity'))} -> {format_number(tokens.get('converted_perplexity'))})"
-        )
-    return text
 
 
 def overlap_line(overlap: dict) -> str:

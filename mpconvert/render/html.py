@@ -26,8 +26,8 @@ from ..formats import units_of
 from ..options import Metric
 from ..sections import PaddingReport, member
 from ..writing import replace_atomically
-from . import describe_source, parity_limits, speed_line, token_line
-from .common import format_bytes, format_number, layer_counts_of
+from . import describe_source, parity_limits, speed_line
+from .common import format_bytes, format_number, layer_counts_of, token_line
 
 REPORT_HTML = "report.html"
 INDEX_HTML = "index.html"
