@@ -172,6 +172,12 @@ def _counts(v: Mapping[str, Any], where: str) -> list[Contradiction]:
     rows, decisive, agreed = count("rows"), count("agreement_rows"), count("agreed")
     harmed, fixed, right = count("harmed"), count("fixed"), count("kept_correct_rows")
     found = []
+    tokens = v.get("tokens")
+    whole = "the number of rows (rows)"
+    if isinstance(tokens, Mapping):  # a sequence output's counts are tokens
+        scored = tokens.get("scored")
+        rows = scored if isinstance(scored, int) and not isinstance(scored, bool) else None
+        whole = "the number of scored tokens (tokens.scored)"
 
     def at_most(key: str, value: int | None, limit: int | None, what: str) -> None:
         if value is not None and limit is not None and value > limit:
@@ -181,7 +187,7 @@ def _counts(v: Mapping[str, Any], where: str) -> list[Contradiction]:
         value = count(key)
         if value is not None and value < 0:
             found.append(Contradiction(f"{where}.{key}", f"{where}.{key} is {value}, a count below 0"))
-    at_most("agreement_rows", decisive, rows, "the number of rows (rows)")
+    at_most("agreement_rows", decisive, rows, whole)
     at_most("agreed", agreed, decisive, "the number of decisive rows (agreement_rows)")
     at_most("kept_correct_rows", right, decisive, "the number of decisive rows (agreement_rows)")
     at_most("harmed", harmed, right, "the number the float32 model got right (kept_correct_rows)")

@@ -423,7 +423,10 @@ def _split(
         raise MpconvertError(f"{where} has no key {missing[0]!r}{also} ({found})", hint=hint)
     inputs = tuple(check_input(where, key, arrays[key], spec) for key, spec in zip(keys, signature.inputs))
     labels = tuple(
-        check_labels(where, key, arrays[key], task) if key in arrays else None for key, task in zip(labels_at, tasks)
+        check_labels(where, key, arrays[key], task, task.padding.positions(inputs) if task.padding else None)
+        if key in arrays
+        else None
+        for key, task in zip(labels_at, tasks)
     )
     for key, array in zip(keys, inputs):
         for label_key, y in zip(labels_at, labels):

@@ -32,7 +32,7 @@ from .runners.keras import predict
 from .sections import Finetune, FinetuneKept
 from .sections.validation import worse_by
 from .state import rebuild
-from .tasks import Task, TaskKind
+from .tasks import IGNORED, Task, TaskKind
 from .validate import metric_value
 
 # A fresh dynamic loss scale starts at 2**15 and halves on each overflow, so
@@ -61,11 +61,17 @@ def history_of(losses: list[float], scales: list[float]) -> dict:
     }
 
 
-def default_loss(task: Task) -> str:
-    return {
+def default_loss(task: Task) -> tuple[Any, str]:
+    """(Keras loss identifier, its name) for an output by its task: a logits output's cross-entropy
+    is taken from logits, as keras-hub's causal LMs compile theirs."""
+    if task.kind is TaskKind.SOFTMAX and task.logits:
+        config = {"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": True}}
+        return config, "sparse_categorical_crossentropy (from logits)"
+    name = {
         TaskKind.SOFTMAX: "sparse_categorical_crossentropy",
         TaskKind.SIGMOID: "binary_crossentropy",
     }.get(task.kind, "mean_squared_error")
+    return name, name
 
 
 def resolve_loss(framework: Framework, requested: str | None, saved: Any, task: Task) -> tuple[Any, str]:
@@ -85,8 +91,15 @@ def resolve_loss(framework: Framework, requested: str | None, saved: Any, task: 
             continue  # a custom saved loss we cannot rebuild: fall back to the default
         name = identifier if isinstance(identifier, str) else getattr(function, "name", str(identifier))
         return function, f"{name} ({origin})"
-    name = default_loss(task)
-    return framework.loss_function(name), f"{name} (default for a {task.kind} output)"
+    identifier, name = default_loss(task)
+    what = ("sequence " if task.sequence else "") + ("logits" if task.logits else str(task.kind))
+    return framework.loss_function(identifier), f"{name} (default for a {what} output)"
+
+
+def loss_task(task: Task, labels: np.ndarray) -> Task:
+    """The task an output's loss is chosen for: a sequence head without activation labelled with token ids
+    is a logits classifier (Task.scored_by); every other output keeps its own (a sigmoid's stays sigmoid)."""
+    return task.scored_by(labels) if task.sequence else task
 
 
 def saved_loss_for(saved: Any, index: int, name: str) -> Any:
@@ -135,8 +148,14 @@ def training_labels(task: Task, labels: np.ndarray, loss_name: str, loss: Any = 
     (multi-label rows, regression targets) are refused, naming the output,
     the loss and the labels' shape.
     """
-    ids = labels.ndim == 1 and task.scored_by(labels).kind is TaskKind.SOFTMAX
     sparse = takes_class_ids(loss_name, loss)
+    if task.scored_by(labels).tokens:
+        # Token ids (IGNORED at padding, which the step's weights leave out): any valid id stands in there.
+        known = np.where(labels == IGNORED, 0, labels)
+        if sparse:
+            return known
+        return np.eye(task.output.shape[-1] or 0, dtype=np.float32)[known] * (labels != IGNORED)[..., None]
+    ids = labels.ndim == 1 and task.scored_by(labels).kind is TaskKind.SOFTMAX
     if ids and not sparse:
         return np.eye(task.output.shape[-1] or 0, dtype=np.float32)[labels]
     if ids or not sparse:
@@ -152,22 +171,39 @@ def training_labels(task: Task, labels: np.ndarray, loss_name: str, loss: Any = 
     )
 
 
-class _Batches:
-    """Deterministic mini-batches (inputs, the trained outputs' labels): a fresh seeded permutation per epoch."""
+def token_weights(task: Task, labels: np.ndarray) -> np.ndarray | None:
+    """1 per token and 0 per padding position of a sequence output's labels; None where every position counts."""
+    if not task.scored_by(labels).tokens or not (labels == IGNORED).any():
+        return None
+    return (labels != IGNORED).astype(np.float32)
 
-    def __init__(self, inputs: tuple[np.ndarray, ...], labels: list[np.ndarray], batch_size: int, seed: int):
+
+class _Batches:
+    """Deterministic mini-batches (inputs, the trained outputs' labels and token weights): a fresh seeded
+    permutation per epoch."""
+
+    def __init__(
+        self,
+        inputs: tuple[np.ndarray, ...],
+        labels: list[np.ndarray],
+        batch_size: int,
+        seed: int,
+        weights: list[np.ndarray | None] | None = None,
+    ):
         self.inputs, self.labels = inputs, labels
+        self.weights = weights or [None] * len(labels)
         rows = len(inputs[0])
         self.rows = rows
         self.batch_size = min(batch_size, rows)
         self.rng = np.random.default_rng(seed)
         self.order: np.ndarray = np.empty(0, dtype=np.int64)
 
-    def next(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def next(self) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray | None]]:
         if len(self.order) < self.batch_size:
             self.order = np.concatenate([self.order, self.rng.permutation(self.rows)])
         take, self.order = self.order[: self.batch_size], self.order[self.batch_size :]
-        return [x[take] for x in self.inputs], [y[take] for y in self.labels]
+        weights = [None if w is None else w[take] for w in self.weights]
+        return [x[take] for x in self.inputs], [y[take] for y in self.labels], weights
 
 
 class Trainer:
@@ -201,14 +237,28 @@ class Trainer:
         if framework.is_keras3:
             self.optimizer.build(variables)
 
+        def head_loss(fn, y, output, weights):
+            if weights is None:
+                return tf.reduce_mean(tf.cast(fn(y, output), tf.float32))
+            # A sequence output with padding: the loss of its tokens alone, a mean over them (a batch of
+            # nothing but padding adds 0, not the NaN of an empty mean).
+            keep = weights > 0
+            return tf.cond(
+                tf.reduce_any(keep),
+                lambda: tf.reduce_mean(
+                    tf.cast(fn(tf.boolean_mask(y, keep), tf.boolean_mask(output, keep)), tf.float32)
+                ),
+                lambda: tf.constant(0.0),
+            )
+
         @tf.function(reduce_retracing=True)
-        def gradients(inputs, labels):
+        def gradients(inputs, labels, weights):
             with tf.GradientTape() as tape:
                 outputs = signature.output_list(model(signature.feed(inputs), training=True))
                 loss = tf.add_n(
                     [
-                        tf.reduce_mean(tf.cast(fn(y, outputs[head]), tf.float32))
-                        for fn, y, head in zip(losses, labels, heads)
+                        head_loss(fn, y, outputs[head], w)
+                        for fn, y, head, w in zip(losses, labels, heads, weights or [None] * len(labels))
                     ]
                 )
                 if model.losses:
@@ -225,9 +275,16 @@ class Trainer:
         self._gradients = gradients
         self._apply = apply
 
-    def step(self, inputs: list[np.ndarray], labels: np.ndarray | list[np.ndarray]) -> tuple[float, bool]:
-        """Run one step (labels: one array per trained output); returns (loss, whether the update was applied)."""
-        loss, grads, finite = self._gradients(inputs, labels if isinstance(labels, list) else [labels])
+    def step(
+        self,
+        inputs: list[np.ndarray],
+        labels: np.ndarray | list[np.ndarray],
+        weights: list[np.ndarray | None] | None = None,
+    ) -> tuple[float, bool]:
+        """Run one step (labels: one array per trained output; weights: a sequence output's tokens, None where
+        every position counts); returns (loss, whether the update was applied)."""
+        labels = labels if isinstance(labels, list) else [labels]
+        loss, grads, finite = self._gradients(inputs, labels, weights or [None] * len(labels))
         finite = bool(finite)
         # A LossScaleOptimizer must see non-finite gradients: skipping them
         # and halving the scale is its job. Without loss scaling a NaN update
@@ -251,9 +308,9 @@ def _timed_float32_step(
     trainer = Trainer(framework, copy, losses, options.learning_rate, loss_scaling=False, heads=heads)
     trainer.step(*batches[0])  # traces
     times = []
-    for inputs, labels in batches[1 : TIMED_STEPS + 1]:
+    for batch in batches[1 : TIMED_STEPS + 1]:
         start = time.perf_counter()
-        trainer.step(inputs, labels)
+        trainer.step(*batch)
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000
 
@@ -303,13 +360,14 @@ def finetune(
     names = [spec.name for spec in context.signature.outputs]
     trained = {i: y for i, y in enumerate(train.labels) if y is not None}
     heads = tuple(trained)
-    losses, loss_names, labels = [], [], []
+    losses, loss_names, labels, weights = [], [], [], []
     for i in heads:
         saved = saved_loss_for(loaded.saved_loss, i, names[i])
-        fn, name = resolve_loss(framework, options.loss, saved, context.tasks[i])
+        fn, name = resolve_loss(framework, options.loss, saved, loss_task(context.tasks[i], trained[i]))
         losses.append(fn)
         loss_names.append(name if len(names) == 1 else f"{names[i]}: {name}")
         labels.append(training_labels(context.tasks[i], trained[i], name, fn))
+        weights.append(token_weights(context.tasks[i], trained[i]))
     validation = data.validation
     scored_labels = {i: y for i, y in enumerate(validation.labels) if y is not None}
     scored = list(scored_labels)
@@ -321,10 +379,10 @@ def finetune(
 
     before = metrics_now()
 
-    batches = _Batches(train.inputs, labels, options.batch_size, seed)
+    batches = _Batches(train.inputs, labels, options.batch_size, seed, weights)
     timing_batches = [batches.next() for _ in range(TIMED_STEPS + 1)]
     float32_ms = _timed_float32_step(framework, loaded.model, losses, heads, options, timing_batches)
-    batches = _Batches(train.inputs, labels, options.batch_size, seed)  # the same batches again
+    batches = _Batches(train.inputs, labels, options.batch_size, seed, weights)  # the same batches again
 
     trainer = Trainer(
         framework, model, losses, options.learning_rate, loss_scaling=context.precision.loss_scaling, heads=heads
@@ -337,9 +395,9 @@ def finetune(
     problem = None
     requested = options.steps or 0  # resolved by the caller: FinetuneOptions.resolved
     for step in range(1, requested + 1):
-        inputs, batch_labels = batches.next()
+        inputs, batch_labels, batch_weights = batches.next()
         start = time.perf_counter()
-        loss, applied = trainer.step(inputs, batch_labels)
+        loss, applied = trainer.step(inputs, batch_labels, batch_weights)
         times.append(time.perf_counter() - start)
         skipped += not applied
         losses_seen.append(loss)

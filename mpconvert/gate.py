@@ -318,18 +318,21 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
     """Harm with labels, agreement without: the rule the report's fields allow.
 
     Reports written before the harm fields (no `kept_correct_rows`, read
-    back as None) are judged by agreement, as they were then.
+    back as None) are judged by agreement, as they were then. A sequence
+    output's counts are tokens (padding left out), and its messages say so.
     """
+    unit = _unit(v)
     if v.agreement_rows == 0 or not v.rows:
+        total = v.tokens.scored if v.tokens else v.rows
         message = (
-            f"not judged: all {v.rows} rows are near-ties at 16-bit resolution (e.g. an untrained model)"
+            f"not judged: all {total} {unit} are near-ties at 16-bit resolution (e.g. an untrained model)"
             if v.rows
             else "not judged: no rows"
         )
         return Check(AGREEMENT, True, message, {"agreement": None, "rows": 0})
     if v.kept_correct_rows == 0:
         message = (
-            f"not judged: the float32 model got none of the {v.agreement_rows} decisive rows right, "
+            f"not judged: the float32 model got none of the {v.agreement_rows} decisive {unit} right, "
             f"so none can be harmed ({v.fixed} fixed)"
         )
         return Check(AGREEMENT, True, message, {"kept_correct": None, "rows": 0, "fixed": v.fixed})
@@ -339,9 +342,7 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
         return None
     agreement = v.agreement
     passed = within(min_agreement, agreement)
-    message = (
-        f"predictions agree on {agreement:.2%} of {_decisive(v)} rows {'>=' if passed else '<'} min {min_agreement:.2%}"
-    )
+    message = f"predictions agree on {agreement:.2%} of {_decisive(v)} {unit} {'>=' if passed else '<'} min {min_agreement:.2%}"
     rows = v.rows if v.agreement_rows is None else v.agreement_rows
     values = {"agreement": agreement, "min_agreement": min_agreement, "rows": rows}
     return Check(AGREEMENT, passed, message, values)
@@ -349,10 +350,11 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
 
 def _kept_correct(v: Measured, kept: float, min_agreement: float) -> Check:
     passed = within(min_agreement, kept)
-    ties = 0 if v.agreement_rows is None else v.rows - v.agreement_rows
+    total = v.tokens.scored if v.tokens else v.rows
+    ties = 0 if v.agreement_rows is None else total - v.agreement_rows
     left_out = f"; {ties} near-ties left out" if ties else ""
     message = (
-        f"kept {kept:.2%} of the {v.kept_correct_rows} rows the float32 model got right "
+        f"kept {kept:.2%} of the {v.kept_correct_rows} {_unit(v)} the float32 model got right "
         f"({v.harmed} harmed, {v.fixed} fixed{left_out}) {'>=' if passed else '<'} min {min_agreement:.2%}"
     )
     values = {
@@ -367,10 +369,15 @@ def _kept_correct(v: Measured, kept: float, min_agreement: float) -> Check:
 
 
 def _decisive(v: Measured) -> str:
-    counted = v.agreement_rows
-    if counted is None or counted == v.rows:
-        return str(v.rows)
-    return f"{counted} decisive ({v.rows - counted} near-ties left out)"
+    counted, total = v.agreement_rows, v.tokens.scored if v.tokens else v.rows
+    if counted is None or counted == total:
+        return str(total)
+    return f"{counted} decisive ({total - counted} near-ties left out)"
+
+
+def _unit(v: Measured) -> str:
+    """What a measurement counts: a sequence output's agreement and harm count tokens."""
+    return "tokens" if v.tokens else "rows"
 
 
 def _padding(padding: PaddingReport) -> Check:

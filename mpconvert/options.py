@@ -27,6 +27,13 @@ class Metric(StrEnum):
 
     ACCURACY = "accuracy"
     MSE = "mse"
+    # A sequence output's (see tasks.Task.tokens): per token, padding left out.
+    TOKEN_ACCURACY = "token_accuracy"
+    CROSS_ENTROPY = "cross_entropy"  # mean negative log-likelihood of the label token, in nats
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self in (Metric.ACCURACY, Metric.TOKEN_ACCURACY)
 
 
 class AutoKeepMode(StrEnum):
@@ -156,7 +163,7 @@ class ValidateOptions:
         kind="per_output",
         choices=METRICS,
         metavar="[OUTPUT=]METRIC",
-        default_text="accuracy for softmax/sigmoid outputs, else mse",
+        default_text="accuracy for softmax/sigmoid outputs, token_accuracy for sequence outputs with token ids, else mse",
         help="The gate's metric: METRIC for every output, OUTPUT=METRIC for one (repeatable).",
     )
     # Rows drawn when no data is given; enough to see drift, cheap to run.

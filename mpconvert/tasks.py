@@ -8,7 +8,7 @@ key and the expected shape. Shared by every source of rows (data.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -31,6 +31,11 @@ class Task:
 
     kind: TaskKind
     output: TensorSpec
+    # The scores are logits (log_softmax, or a head without activation scored as classes): softmax makes
+    # them probabilities. False for a softmax output, whose scores are probabilities already.
+    logits: bool = False
+    # A sequence output's padding: the input that marks which positions are not tokens (None: every one is).
+    padding: TokenPadding | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", TaskKind(self.kind))  # a plain string from a caller
@@ -38,6 +43,16 @@ class Task:
     @property
     def classes(self) -> int | None:
         return self.output.shape[-1] if self.kind is TaskKind.SOFTMAX else None
+
+    @property
+    def sequence(self) -> bool:
+        """Scores per position ((batch, time, classes), any rank, the class axis last): scored per token."""
+        return len(self.output.shape) >= 3
+
+    @property
+    def tokens(self) -> bool:
+        """A sequence output scored by classes: one class id per position (token accuracy, cross-entropy)."""
+        return self.sequence and self.kind is TaskKind.SOFTMAX
 
     def scored_by(self, labels: np.ndarray | None) -> Task:
         """The task as its checked labels score it: a sigmoid output is not always a binary classifier.
@@ -47,6 +62,9 @@ class Task:
         (reconstructions, probabilities) like a regression (mse, no
         agreement); 0/1 labels shaped like the output keep the per-unit rule.
         """
+        if labels is not None and self.sequence and self.kind is TaskKind.REGRESSION and token_ids(labels, self):
+            # A sequence head without activation labelled with token ids is a language model's logits.
+            return replace(self, kind=TaskKind.SOFTMAX, logits=True)
         if self.kind is not TaskKind.SIGMOID or labels is None:
             return self
         if labels.ndim == 1 and sigmoid_units(self):
@@ -54,6 +72,55 @@ class Task:
         if not ((labels == 0) | (labels == 1)).all():
             return Task(TaskKind.REGRESSION, self.output)
         return self
+
+
+@dataclass(frozen=True)
+class TokenPadding:
+    """The model input that marks a sequence output's padding: a position where it is 0 is no token.
+
+    Read from the model, never guessed from the labels: an input named
+    `padding_mask` (keras-hub's backbones) or `attention_mask` (1 for a
+    token, 0 for padding), else a token-id input that an
+    `Embedding(mask_zero=True)` reads directly (id 0 is padding, as Keras
+    masks it). Its shape must be the labels' (the output's minus the class
+    axis) for it to apply.
+    """
+
+    input: int  # index in the signature's inputs
+    name: str  # that input's name
+    source: str  # why it marks padding, as the report says it
+
+    def positions(self, inputs: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
+        """True where a token is (a caller applies it only where its shape is the labels')."""
+        return np.asarray(inputs[self.input]) != 0
+
+
+PADDING_MASK_NAMES = ("padding_mask", "attention_mask")
+# What a position that is no token holds in checked token ids: the padding the model's own mask marks
+# (and an all-zero one-hot row). Every metric and loss leaves it out.
+IGNORED = -1
+
+
+def padding_of(output: TensorSpec, inputs: tuple[TensorSpec, ...], keys: tuple[str, ...] = (), zero_masked=None):
+    """The TokenPadding of a sequence `output`, or None: a mask input by name, else `zero_masked`
+    ({input index: the Embedding(mask_zero=True) layer that reads it})."""
+    rank = len(output.shape) - 1
+    if rank < 2:
+        return None
+    names = [(key or spec.name, spec) for key, spec in zip(keys or ("",) * len(inputs), inputs)]
+    for i, (key, spec) in enumerate(names):
+        if (spec.name in PADDING_MASK_NAMES or key in PADDING_MASK_NAMES) and len(spec.shape) == rank:
+            return TokenPadding(i, spec.name, f"input {spec.name!r} (0 marks padding)")
+    for i, layer in (zero_masked or {}).items():
+        spec = inputs[i]
+        if len(spec.shape) == rank and not spec.is_float and not spec.is_string:
+            return TokenPadding(i, spec.name, f"input {spec.name!r} (token id 0: Embedding {layer!r} has mask_zero)")
+    return None
+
+
+def token_ids(labels: np.ndarray, task: Task) -> bool:
+    """Whether checked labels are token ids for a sequence output: one integer per position."""
+    return labels.ndim == len(task.output.shape) - 1 and np.issubdtype(labels.dtype, np.integer)
 
 
 def check_input(where: str, key: str, array: np.ndarray, spec: TensorSpec) -> np.ndarray:
@@ -117,7 +184,15 @@ def string_array(where: str, key: str, array: np.ndarray, expected: str) -> np.n
     )
 
 
-def check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.ndarray:
+def check_labels(
+    where: str, key: str, labels: np.ndarray, task: Task, positions: np.ndarray | None = None
+) -> np.ndarray:
+    """`labels` in the form the metric reads, or refused naming the key and the shapes the output takes.
+
+    `positions` (a sequence output with a padding input: True where a token
+    is) marks the positions whose labels are not read: they become IGNORED,
+    whatever they held.
+    """
     if labels.size == 0 or labels.ndim == 0:
         raise MpconvertError(f"{where}: {key!r} is empty", hint="store one label per sample")
     if not (np.issubdtype(labels.dtype, np.number) or labels.dtype == np.bool_):
@@ -128,7 +203,11 @@ def check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nda
     if not np.isfinite(labels.astype(np.float64)).all():
         raise MpconvertError(f"{where}: {key!r} contains NaN or infinite values", hint="clean the labels")
     out = task.output
-    if task.kind is TaskKind.SOFTMAX:
+    if task.sequence and task.kind in (TaskKind.SOFTMAX, TaskKind.REGRESSION):
+        ids = sequence_labels(where, key, labels, task, positions)
+        if ids is not None:
+            return ids
+    elif task.kind is TaskKind.SOFTMAX:
         classes = task.classes
         if classes is None:
             raise MpconvertError(
@@ -151,15 +230,16 @@ def check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nda
     if units and labels.shape[1:] in ((), (1,)):
         # Class ids for a Dense(k > 1, "sigmoid") output: scored by argmax.
         return class_ids(where, key, labels.reshape(-1), units, out)
-    row_shape = tuple(d or 1 for d in out.shape[1:])
-    if labels.shape[1:] != row_shape:
+    row_shape = out.shape[1:]
+    if not fits(labels.shape[1:], row_shape):
         # (n,) targets for an (n, 1) output are the same thing
-        if int(np.prod(labels.shape[1:])) != int(np.prod(row_shape)):
+        known = tuple(d for d in row_shape if d is not None)
+        if len(known) < len(row_shape) or labels.size != len(labels) * int(np.prod(known)):
             raise MpconvertError(
                 f"{where}: {key!r} has shape {labels.shape}, expected {out.describe()} like output {out.name!r}",
                 hint="store one target row per sample, shaped like the model output",
             )
-        labels = labels.reshape((len(labels),) + row_shape)
+        labels = labels.reshape((len(labels), *known))
     labels = labels.astype(np.float32)
     if task.kind is TaskKind.SIGMOID and (labels.min() < 0.0 or labels.max() > 1.0):
         raise MpconvertError(
@@ -168,6 +248,73 @@ def check_labels(where: str, key: str, labels: np.ndarray, task: Task) -> np.nda
             hint="store binary labels as 0 and 1 (or class ids (n,) for a sigmoid output with several units)",
         )
     return labels
+
+
+def fits(shape: tuple[int, ...], spec: tuple[int | None, ...]) -> bool:
+    """`shape` is one of `spec`'s: the same rank, every known dimension equal (an unknown one takes any length)."""
+    return len(shape) == len(spec) and all(d is None or a == d for a, d in zip(shape, spec))
+
+
+def sequence_shapes(task: Task) -> str:
+    """The labels a sequence output takes, as an error names them: "(n, ?) token ids in [0, 1000) or
+    (n, ?, 1000) one-hot rows"."""
+    dims = ["n"] + ["?" if d is None else str(d) for d in task.output.shape[1:]]
+    classes = dims[-1]
+    return f"({', '.join(dims[:-1])}) token ids in [0, {classes}) or ({', '.join(dims)}) one-hot rows"
+
+
+def sequence_labels(
+    where: str, key: str, labels: np.ndarray, task: Task, positions: np.ndarray | None
+) -> np.ndarray | None:
+    """Token ids (int64, IGNORED at padding) for a sequence output, from ids or one-hot rows.
+
+    None for labels shaped like the output that are not one-hot, on an
+    output without activation: targets, scored as a regression.
+    """
+    out = task.output
+    classes = out.shape[-1]
+    regression = task.kind is TaskKind.REGRESSION
+    wrong = MpconvertError(
+        f"{where}: {key!r} has shape {labels.shape}, expected {sequence_shapes(task)}"
+        + (f", or targets {out.describe()}" if regression else "")
+        + f" for sequence output {out.name!r}",
+        hint="store one integer token id per position (the output's shape without its class axis)",
+    )
+    if classes is None or (regression and classes < 2):
+        if regression:  # one unit per position, or no fixed number of classes: targets
+            return None
+        raise MpconvertError(
+            f"{where}: output {out.name!r} has no fixed number of classes ({out.describe()}), so token ids "
+            "cannot be checked against it",
+            hint="give the softmax output a fixed last dimension",
+        )
+    # Padding positions are not read at all: whatever they hold (garbage, -100, repeated ids) is no label.
+    skipped = np.zeros(labels.shape[: len(out.shape) - 1], dtype=bool)
+    if positions is not None and positions.shape == skipped.shape:
+        skipped = ~positions
+    if fits(labels.shape[1:], out.shape[1:]):
+        rows = labels[~skipped]
+        sums = rows.sum(axis=-1)
+        if not (np.isin(rows, (0, 1)).all() and np.isin(sums, (0, 1)).all() and sums.any()):
+            if regression:
+                return None
+            raise MpconvertError(
+                f"{where}: {key!r} has one column per class but its rows are not one-hot",
+                hint=f"store {sequence_shapes(task)} (an all-zero row marks a position with no token)",
+            )
+        # An all-zero row is no token (Keras's categorical cross-entropy gives it no loss): not scored.
+        skipped = skipped | (labels.sum(axis=-1) == 0)
+        labels = labels.argmax(axis=-1)
+    elif not fits(labels.shape[1:], out.shape[1:-1]):
+        raise wrong
+    if skipped.all():
+        raise MpconvertError(
+            f"{where}: {key!r} has no token to score for output {out.name!r}: every position is padding"
+            + (f" by {task.padding.source}" if task.padding else " (all-zero one-hot rows)"),
+            hint="check that the padding input marks tokens with 1 (or non-zero ids) and padding with 0",
+        )
+    class_ids(where, key, labels[~skipped], classes, out)
+    return np.where(skipped, IGNORED, labels).astype(np.int64)
 
 
 def sigmoid_units(task: Task) -> int | None:

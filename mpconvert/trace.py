@@ -112,6 +112,27 @@ def is_container(layer: Any) -> bool:
     return hasattr(layer, "layers") and graph_of(layer) is not None
 
 
+def mask_zero_inputs(model: Any) -> dict[int, str]:
+    """{index of a model input: the Embedding(mask_zero=True) layer that reads it directly}.
+
+    Such an Embedding makes Keras mask every position whose id is 0 for the
+    layers after it, so those positions are padding to the model itself.
+    """
+    graph = graph_of(model)
+    if graph is None:
+        return {}
+    by_id = {id(t): i for i, t in enumerate(graph.inputs)}
+    found: dict[int, str] = {}
+    for node in nodes(graph):
+        layer = None if node.is_input else node.layer
+        if layer is None or not getattr(layer, "mask_zero", False):
+            continue
+        for tensor in node.inputs:
+            if id(tensor) in by_id:
+                found.setdefault(by_id[id(tensor)], layer.name)
+    return found
+
+
 @dataclass(frozen=True)
 class Call:
     path: str  # "encoder/dense_1"; a model input under its name

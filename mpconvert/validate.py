@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import tokens
 from .data import DataSource, Overlap, Split
 from .errors import MpconvertError
 from .options import Metric
-from .sections import OutputValidation, Validation
+from .sections import OutputValidation, TokenScores, Validation
 from .sections.validation import primary_index
 from .stored import load_baseline
-from .tasks import Task, TaskKind
+from .tasks import Task, TaskKind, sequence_shapes
 from .thresholds import Thresholds
 
 if TYPE_CHECKING:
@@ -46,21 +47,39 @@ def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None =
 
     A sigmoid output whose targets are in [0, 1] but not all 0/1 (an
     autoencoder's pixels, probabilities) is scored by mse: there is no class
-    to be right about.
+    to be right about. A sequence output labelled with token ids is scored
+    per token: `accuracy` is token accuracy there.
     """
     scored = task.scored_by(labels)
     if requested is None:
+        if scored.tokens:
+            return Metric.TOKEN_ACCURACY
         return Metric.MSE if scored.kind is TaskKind.REGRESSION else Metric.ACCURACY
     requested = Metric(requested)
+    name = task.output.name
+    if scored.tokens:
+        if requested is Metric.MSE:
+            raise MpconvertError(
+                f"--metric mse does not score sequence output {name!r}, whose labels are token ids",
+                hint="use --metric token_accuracy (the default) or --metric cross_entropy",
+            )
+        return Metric.TOKEN_ACCURACY if requested is Metric.ACCURACY else requested
+    if requested in (Metric.TOKEN_ACCURACY, Metric.CROSS_ENTROPY):
+        raise MpconvertError(
+            f"--metric {requested} needs a sequence output (batch, time, classes) labelled with token ids, "
+            f"but output {name!r} is {task.output.describe()}" + (" without token-id labels" if task.sequence else ""),
+            hint="use --metric accuracy or mse for this output"
+            + (f", or give token ids {sequence_shapes(task)}" if task.sequence else ""),
+        )
     if requested is Metric.ACCURACY and task.kind is TaskKind.REGRESSION:
         raise MpconvertError(
-            f"--metric accuracy needs a softmax or sigmoid output, but output {task.output.name!r} is neither",
+            f"--metric accuracy needs a softmax or sigmoid output, but output {name!r} is neither",
             hint="use --metric mse for this model",
         )
     if requested is Metric.ACCURACY and scored.kind is TaskKind.REGRESSION:
         raise MpconvertError(
             f"--metric accuracy needs 0/1 labels or class ids, but the labels of sigmoid output "
-            f"{task.output.name!r} are targets in [0, 1] that are not all 0 or 1",
+            f"{name!r} are targets in [0, 1] that are not all 0 or 1",
             hint="use --metric mse (the default for such targets)",
         )
     return requested
@@ -101,8 +120,25 @@ def right_rows(task: Task, output: np.ndarray, labels: np.ndarray) -> np.ndarray
     return np.asarray(matched.reshape(len(matched), -1).all(axis=1))
 
 
+def check_lined_up(task: Task, output: np.ndarray, labels: np.ndarray) -> None:
+    """Labels the output's values do not line up with are refused naming both shapes: an unknown axis
+    (a sequence's length) takes labels of any length when they are read, before the model has run."""
+    if task.tokens:
+        tokens.check_lined_up(task.output.name, output, labels)
+    elif task.kind is not TaskKind.SOFTMAX and labels.size != output.size:
+        raise MpconvertError(
+            f"the labels of output {task.output.name!r} have shape {labels.shape}, but the model gives {output.shape}",
+            hint="store labels shaped like the model's output",
+        )
+
+
 def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray) -> float:
     task = task.scored_by(labels)
+    check_lined_up(task, output, labels)
+    if task.tokens:
+        if metric == Metric.CROSS_ENTROPY:
+            return tokens.cross_entropy(output, labels, task.logits)
+        return tokens.accuracy(output, labels)
     if metric == Metric.MSE:
         if task.kind is TaskKind.SOFTMAX:  # class ids against one score per class: one-hot targets
             labels = np.eye(output.shape[-1])[labels]
@@ -139,6 +175,7 @@ def compare_output(
     task: Task,
     metric: str,
     resolution: float = 0.0,
+    positions: np.ndarray | None = None,
 ) -> OutputValidation:
     """One output's measurements: its metric with labels, its agreement and harm for a classifier, its drift.
 
@@ -149,6 +186,9 @@ def compare_output(
     many of them). With labels, the same rows also give the harm counts:
     which of the rows the float32 model got right the converted model
     still gets right (`kept_correct`), and how many it `harmed` and `fixed`.
+    A sequence output labelled with token ids is measured per token (tokens.py),
+    padding left out: IGNORED labels, or without labels where `positions`
+    (the model's padding input) is False.
     """
     name, metric = task.output.name, Metric(metric)
     nonfinite = int(np.count_nonzero(~np.isfinite(converted)))
@@ -160,7 +200,12 @@ def compare_output(
             f"or probabilities): scored by {metric}, with no agreement check (there is no class to agree on)"
         )
     task = scored  # class ids on a sigmoid output: argmax, like a softmax
-    if task.kind is not TaskKind.REGRESSION:
+    if labels is not None:
+        check_lined_up(task, reference, labels)
+    if task.tokens:
+        found.update(tokens.agreement_counts(reference, converted, labels, positions, resolution, task.logits))
+        found["tokens"] = token_scores(task, reference, converted, labels, positions)
+    elif task.kind is not TaskKind.REGRESSION:
         same = class_predictions(task, reference) == class_predictions(task, converted)
         same = same.reshape(len(same), -1).all(axis=1)
         decisive = decisive_rows(task, reference, resolution)
@@ -191,6 +236,31 @@ def compare_output(
     ).derived()
 
 
+def token_scores(
+    task: Task, reference: np.ndarray, converted: np.ndarray, labels: np.ndarray | None, positions: np.ndarray | None
+) -> TokenScores:
+    """A sequence output's token counts, and with labels both models' cross-entropy."""
+    if labels is not None:
+        scored = int(tokens.scored(labels).sum())
+    elif positions is not None and positions.shape == reference.shape[:-1]:
+        scored = int(positions.sum())
+    else:
+        scored = int(np.prod(reference.shape[:-1]))
+    ce: tuple[float | None, float | None] = (None, None)
+    if labels is not None:
+        ce = (
+            _finite(tokens.cross_entropy(reference, labels, task.logits)),
+            _finite(tokens.cross_entropy(converted, labels, task.logits)),
+        )
+    return TokenScores(
+        scored=scored,
+        padding=int(np.prod(reference.shape[:-1])) - scored,
+        padding_from=task.padding.source if task.padding else None,
+        reference_cross_entropy=ce[0],
+        converted_cross_entropy=ce[1],
+    ).derived()
+
+
 def compare(
     reference: list[np.ndarray],
     converted: list[np.ndarray],
@@ -206,7 +276,7 @@ def compare(
     tasks = (tasks,) if isinstance(tasks, Task) else tasks
     metrics = (metrics,) * len(tasks) if isinstance(metrics, str) else metrics
     outputs = [
-        compare_output(ref, conv, labels, task, metric, resolution)
+        compare_output(ref, conv, labels, task, metric, resolution, _positions(task, split))
         for ref, conv, labels, task, metric in zip(reference, converted, split.labels, tasks, metrics)
     ]
     primary = outputs[primary_index([o.metric for o in outputs])]
@@ -224,6 +294,11 @@ def compare(
     return Validation.of(
         outputs, data=DataSource(source), rows=split.rows, note=note, overlap=overlap, unread_keys=unread_keys or None
     )
+
+
+def _positions(task: Task, split: Split) -> np.ndarray | None:
+    """Where the model's padding input marks tokens (for agreement without labels); None without one."""
+    return task.padding.positions(split.inputs) if task.padding and task.sequence else None
 
 
 def harm_counts(reference_right: np.ndarray, converted_right: np.ndarray) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from ..options import LINT_ROWS, PARITY_SAMPLES, ExportOptions, RewriteOptions
 from ..precision import Precision
 from ..runners.graphdef import GraphDefRunner
 from ..sections import Layer, Source
-from ..tasks import Task, TaskKind
+from ..tasks import Task, TaskKind, padding_of
 from ..validate import max_abs_diff
 from .base import Capability, ModelKind
 
@@ -83,7 +83,8 @@ def tasks_of_graph(model: FrozenGraph) -> tuple[Task, ...]:
             node = nodes.get(node.input[0].lstrip("^").partition(":")[0])
         op = node.op if node is not None else ""
         kind = {"Softmax": TaskKind.SOFTMAX, "LogSoftmax": TaskKind.SOFTMAX, "Sigmoid": TaskKind.SIGMOID}
-        tasks.append(Task(kind.get(op, TaskKind.REGRESSION), spec))
+        padding = padding_of(spec, model.inputs)  # by input name: a graph has no Keras layers
+        tasks.append(Task(kind.get(op, TaskKind.REGRESSION), spec, logits=op == "LogSoftmax", padding=padding))
     return tuple(tasks)
 
 

@@ -49,8 +49,8 @@ from ..runners.keras import KerasRunner, input_specs, serving_fn
 from ..sections import Source
 from ..signature import Signature, signature_of
 from ..speed.memory import activation_memory
-from ..tasks import Task, TaskKind
-from ..trace import output_layers, sublayers
+from ..tasks import Task, TaskKind, padding_of
+from ..trace import mask_zero_inputs, output_layers, sublayers
 from .base import Capability, ModelKind
 
 
@@ -70,11 +70,22 @@ def _activation_of(layer: Any) -> str | None:
 
 
 def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
-    """What each output means (softmax, sigmoid or regression), in the signature's order."""
+    """What each output means (softmax, sigmoid or regression), in the signature's order, and a sequence
+    output's padding input (tasks.padding_of)."""
     if len(signature.outputs) == 1:
-        return (Task(_kind(output_activation(model_config(model), model_class(model))), signature.outputs[0]),)
-    layers = output_layers(model)
-    return tuple(Task(_kind(_activation_of(layer)), spec) for layer, spec in zip(layers, signature.outputs))
+        activations = [output_activation(model_config(model), model_class(model))]
+    else:
+        activations = [_activation_of(layer) for layer in output_layers(model)]
+    zero_masked = mask_zero_inputs(model)
+    return tuple(
+        Task(
+            _kind(activation),
+            spec,
+            logits=activation == "log_softmax",
+            padding=padding_of(spec, signature.inputs, signature.input_keys, zero_masked),
+        )
+        for activation, spec in zip(activations, signature.outputs)
+    )
 
 
 class KerasKind(ModelKind):

@@ -27,7 +27,17 @@ from ..formats import units_of
 from ..hooks import Hooks
 from ..report import EXIT_GATE
 from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
-from .common import Live, artifact_path, console_for, format_bytes, format_number, inner_lines, layer_counts_of, row
+from .common import (
+    Live,
+    artifact_path,
+    console_for,
+    format_bytes,
+    format_number,
+    inner_lines,
+    layer_counts_of,
+    row,
+    token_line,
+)
 from .doctor import render_doctor, render_model_timing
 from .figures import check_figures
 
@@ -303,6 +313,8 @@ def _render_validation(console: Console, v: dict) -> None:
         before, after = format_number(v["reference"]), format_number(v["converted"])
         console.print(f"  {v['metric']} on {v['rows']} samples: {before} -> {after}")
     if not v.get("outputs"):
+        if v.get("tokens"):
+            console.print(f"  {escape(token_line(v['tokens']))}")
         console.print("  " + ", ".join(_comparison(v)))
     if v.get("note") and v["metric"] is not None:
         console.print(f"  [yellow]{v['note']}[/]")
@@ -342,6 +354,8 @@ def _render_output(console: Console, o: dict) -> None:
         head = "no labels (drift only)"
     else:
         head = f"{o['metric']} {format_number(o['reference'])} -> {format_number(o['converted'])}"
+    if o.get("tokens"):
+        head += f"; {escape(token_line(o['tokens']))}"
     console.print(f"  output {o['name']}: {head}; " + ", ".join(_comparison(o)))
 
 
@@ -352,8 +366,9 @@ def _harm(v: dict, digits: int) -> str | None:
         return None
     text = f"{v['harmed']} harmed, {v['fixed']} fixed"
     if v.get("kept_correct") is not None:
+        unit = "tokens" if v.get("tokens") else "rows"  # a sequence output counts tokens
         text += (
-            f": kept {v['kept_correct']:.{digits}%} of the {v['kept_correct_rows']} rows the float32 model got right"
+            f": kept {v['kept_correct']:.{digits}%} of the {v['kept_correct_rows']} {unit} the float32 model got right"
         )
     return text
 

@@ -52,6 +52,22 @@ def artifact_path(art: dict) -> str:
     return f"{art['path']} + {', '.join(data)} (external data)" if data else str(art["path"])
 
 
+def token_line(tokens: dict) -> str:
+    """A sequence output's tokens: "1200 tokens (720 padding left out: input 'padding_mask' ...); cross-entropy
+    6.98 -> 6.95 (perplexity 1071 -> 1046)"."""
+    left_out = f"{tokens['padding']} padding left out" + (
+        f": {tokens['padding_from']}" if tokens.get("padding_from") else ""
+    )
+    text = f"{tokens['scored']} tokens ({left_out})"
+    if tokens.get("reference_cross_entropy") is not None or tokens.get("converted_cross_entropy") is not None:
+        text += (
+            f"; cross-entropy {format_number(tokens['reference_cross_entropy'])} -> "
+            f"{format_number(tokens['converted_cross_entropy'])} (perplexity "
+            f"{format_number(tokens.get('reference_perplexity'))} -> {format_number(tokens.get('converted_perplexity'))})"
+        )
+    return text
+
+
 def format_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":

@@ -22,10 +22,11 @@ from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from ..checks import PARITY
 from ..formats import units_of
-from ..sections import PaddingReport
+from ..options import Metric
+from ..sections import PaddingReport, member
 from ..writing import replace_atomically
 from . import describe_source, parity_limits, speed_line
-from .common import format_bytes, format_number, layer_counts_of
+from .common import format_bytes, format_number, layer_counts_of, token_line
 from .figures import check_figures
 
 REPORT_HTML = "report.html"
@@ -92,6 +93,11 @@ def bar_chart(
     return chart
 
 
+def higher_is_better(metric: str) -> bool:
+    known = member(Metric, metric)  # a metric this version does not know: lower is better, as worse_by reads it
+    return isinstance(known, Metric) and known.higher_is_better
+
+
 def metric_charts(report: dict, budgets: dict[str | None, float | None]) -> list[Chart]:
     """Per scored output: float32's and the converted metric, and the worst value its budget allows."""
     v = report["validation"]
@@ -102,8 +108,8 @@ def metric_charts(report: dict, budgets: dict[str | None, float | None]) -> list
         budget = budgets.get(name, budgets.get(None))
         limit = None
         if budget is not None and o["reference"] is not None:
-            # accuracy may fall by the budget, mse may rise by it (validate.worse_by)
-            limit = o["reference"] - budget if o["metric"] == "accuracy" else o["reference"] + budget
+            # accuracy may fall by the budget, mse and cross-entropy may rise by it (sections.validation.worse_by)
+            limit = o["reference"] - budget if higher_is_better(o["metric"]) else o["reference"] + budget
         rows = [("float32", o["reference"], "before"), (report["policy"], o["converted"], "after")]
         where = f"output {name}: " if name else ""
         title = f"{where}{o['metric']} before and after" + (f" (budget {budget:g})" if budget is not None else "")
@@ -290,6 +296,7 @@ def report_page(report: dict) -> str:
             metric_charts=metric_charts(report, budgets),
             budgets=budgets,
             validation=report["validation"],
+            token_lines=_token_lines(report["validation"]),
             speed=_speed(report),
             finetune=_finetune(report),
             padding=report.get("padding"),
@@ -305,6 +312,14 @@ def report_page(report: dict) -> str:
             provenance=report.get("provenance"),
         )
     )
+
+
+def _token_lines(v: dict) -> list[str]:
+    """What each sequence output scored: its tokens, the padding left out, cross-entropy and perplexity."""
+    outputs = v.get("outputs") or []
+    if not outputs:
+        return [token_line(v["tokens"])] if v.get("tokens") else []
+    return [f"output {o['name']}: {token_line(o['tokens'])}" for o in outputs if o.get("tokens")]
 
 
 def write_report_page(report: dict, path: Path) -> Path:

@@ -25,7 +25,7 @@ from .stages import (
     SearchReport,
     Trial,
 )
-from .validation import OutputValidation, Validation
+from .validation import OutputValidation, TokenScores, Validation
 
 __all__ = [
     "Artifact",
@@ -57,6 +57,7 @@ __all__ = [
     "SpeedNotes",
     "SpeedReport",
     "Timings",
+    "TokenScores",
     "Trial",
     "Validation",
     "Versions",

@@ -17,13 +17,15 @@ from typing import Any
 
 from ..data import DataSource, Overlap
 from ..options import Metric
+from ..tokens import perplexity
 from .base import Section, known, member
 
 
 def worse_by(metric: str, before: float, after: float) -> float:
-    """How much worse `after` is than `before`: accuracy falls, mse rises."""
-    # ==, not is: a baseline's metric is the string its report.json holds.
-    return before - after if metric == Metric.ACCURACY else after - before
+    """How much worse `after` is than `before`: accuracy falls, mse and cross-entropy rise."""
+    # A baseline's metric is the string its report.json holds (one this version does not know: lower is better).
+    known = member(Metric, metric)
+    return before - after if isinstance(known, Metric) and known.higher_is_better else after - before
 
 
 def drop_of(metric: str | None, reference: float | None, converted: float | None) -> float | None:
@@ -56,10 +58,39 @@ def _shares(m: Measured) -> dict[str, Any]:
     derived = {
         "drop": drop_of(m.metric, m.reference, m.converted),
         "kept_correct": kept_share(m.harmed, m.kept_correct_rows),
+        "tokens": m.tokens.derived() if m.tokens else None,
     }
     if m.agreed is not None and m.agreement_rows is not None:
         derived["agreement"] = share_of(m.agreed, m.agreement_rows)
     return derived
+
+
+@dataclass(frozen=True)
+class TokenScores(Section):
+    """A sequence output's tokens: how many were scored and left out as padding, and both models' cross-entropy.
+
+    The agreement and harm counts of such an output (agreement_rows,
+    agreed, harmed, fixed, kept_correct_rows) count tokens, not rows.
+    """
+
+    scored: int  # positions with a label: the tokens every figure counts
+    padding: int  # positions left out: marked by `padding_from`, or all-zero one-hot rows
+    padding_from: str | None  # the input that marks padding; None when the model has none
+    reference_cross_entropy: float | None  # nats per token; None when not finite
+    converted_cross_entropy: float | None
+    reference_perplexity: float | None = None  # derived: exp(cross-entropy)
+    converted_perplexity: float | None = None
+
+    def derived(self) -> TokenScores:
+        return replace(
+            self,
+            reference_perplexity=perplexity(self.reference_cross_entropy),
+            converted_perplexity=perplexity(self.converted_cross_entropy),
+        )
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any] | None) -> TokenScores | None:
+        return None if stored is None else cls(**known(cls, stored))
 
 
 @dataclass(frozen=True)
@@ -84,6 +115,7 @@ class OutputValidation(Section):
     kept_correct: float | None = None  # share of the kept_correct_rows still right; None when there are none
     kept_correct_rows: int | None = None  # decisive rows the float32 model got right
     note: str | None = None
+    tokens: TokenScores | None = None  # a sequence output's: the counts above are tokens
 
     def derived(self) -> OutputValidation:
         """This output with its derived figures computed from its raw ones (the stage makes it so)."""
@@ -92,7 +124,7 @@ class OutputValidation(Section):
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> OutputValidation:
         found = known(cls, stored)
-        return cls(**{**found, "metric": _metric(found["metric"])})
+        return cls(**{**found, "metric": _metric(found["metric"]), "tokens": TokenScores.from_json(found["tokens"])})
 
 
 @dataclass(frozen=True)
@@ -122,6 +154,7 @@ class Validation(Section):
     overlap: Overlap | None = None
     # The data file's keys that are neither inputs nor labels of this model (not read); None when none.
     unread_keys: tuple[str, ...] | None = None
+    tokens: TokenScores | None = None  # the primary output's, when it is a sequence output
 
     @classmethod
     def of(cls, outputs: Sequence[OutputValidation], **rest: Any) -> Validation:
@@ -161,6 +194,7 @@ class Validation(Section):
                 "outputs": None if outputs is None else tuple(OutputValidation.from_json(o) for o in outputs),
                 "overlap": None if overlap is None else Overlap.from_json(overlap),
                 "unread_keys": None if unread is None else tuple(unread),
+                "tokens": TokenScores.from_json(found["tokens"]),
             }
         )
 
@@ -184,6 +218,7 @@ PRIMARY_FIELDS = (
     "fixed",
     "kept_correct",
     "kept_correct_rows",
+    "tokens",
 )
 
 
