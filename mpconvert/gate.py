@@ -10,6 +10,7 @@ decides.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
@@ -337,6 +338,18 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
         )
         return Check(AGREEMENT, True, message, {"kept_correct": None, "rows": 0, "fixed": v.fixed})
     if v.kept_correct is not None:
+        least = _least_judged(min_agreement)
+        if v.harmed and v.kept_correct_rows is not None and v.kept_correct_rows < least:
+            # With fewer right than this, one harmed row alone breaks the budget: a random-weight language
+            # model gets 1 of 586 tokens right, and fine-tuning that fixes 19 and loses that one says nothing
+            # about harm. The accuracy check still judges the change.
+            message = (
+                f"not judged: the float32 model got only {v.kept_correct_rows} of the {v.agreement_rows} decisive "
+                f"{unit} right, fewer than {least}, the least at which min {min_agreement:.2%} allows one harmed "
+                f"({v.harmed} harmed, {v.fixed} fixed; the accuracy check judges the change)"
+            )
+            values = {"kept_correct": None, "rows": 0, "harmed": v.harmed, "fixed": v.fixed}
+            return Check(AGREEMENT, True, message, values)
         return _kept_correct(v, v.kept_correct, min_agreement)
     if v.agreement is None:
         return None
@@ -346,6 +359,14 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
     rows = v.rows if v.agreement_rows is None else v.agreement_rows
     values = {"agreement": agreement, "min_agreement": min_agreement, "rows": rows}
     return Check(AGREEMENT, passed, message, values)
+
+
+def _least_judged(min_agreement: float) -> int:
+    """The fewest rows the float32 model got right for one harmed row to be within `min_agreement` (20 at 95%);
+    at a minimum of 100% no harm is allowed, so any count is judged."""
+    if min_agreement >= 1:
+        return 0
+    return math.ceil(1 / (1 - min_agreement) - 1e-9)
 
 
 def _kept_correct(v: Measured, kept: float, min_agreement: float) -> Check:

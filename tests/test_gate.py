@@ -855,3 +855,36 @@ def test_the_rebuild_line_claims_a_reproduction_only_where_its_figures_show_one(
     report = stored(make_report(fidelity=fidelity))
     render_summary(report)
     assert f"  rebuild: {line}\n" in capsys.readouterr().out
+
+
+# A random-weight language model: the float32 model gets 1 of 586 tokens right; the converted, fine-tuned one
+# loses it and gets 19 others right.
+ONE_RIGHT = dict(
+    reference=1 / 586, converted=19 / 586, drop=-18 / 586, agreement=0.5, rows=586, harmed=1, fixed=19, kept_correct=0.0
+)
+
+
+@pytest.mark.parametrize(
+    "right,harmed,min_agreement,judged,passed",
+    [
+        (1, 1, 0.95, False, True),  # 1 right: one harm alone is 100% of them
+        (19, 1, 0.95, False, True),  # 1/19 = 5.3% > 5%: still too few for the budget to allow one
+        (20, 1, 0.95, True, True),  # 19/20 = 95%: the least count judged, and within it
+        (20, 2, 0.95, True, False),
+        (1, 1, 1.0, True, False),  # at a minimum of 100% any harm fails, whatever the count
+        (9, 1, 0.9, False, True),  # 1 / (1 - 0.9) = 10 right needed
+        (10, 1, 0.9, True, True),
+    ],
+)
+def test_harm_is_judged_once_one_harmed_row_could_be_within_the_budget(right, harmed, min_agreement, judged, passed):
+    numbers = {**ONE_RIGHT, "kept_correct_rows": right, "harmed": harmed, "kept_correct": (right - harmed) / right}
+    check = checks_of(labelled(**numbers), thresholds(min_agreement=min_agreement))["agreement"]
+    assert check.passed is passed
+    assert check.message.startswith("kept ") is judged
+    if not judged:
+        least = {0.95: 20, 0.9: 10}[min_agreement]
+        assert check.message == (
+            f"not judged: the float32 model got only {right} of the 586 decisive rows right, fewer than {least}, "
+            f"the least at which min {min_agreement:.2%} allows one harmed ({harmed} harmed, 19 fixed; "
+            "the accuracy check judges the change)"
+        )
