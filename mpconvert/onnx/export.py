@@ -45,6 +45,7 @@ from onnx import TensorProto, helper
 from mpconvert.errors import MpconvertError
 from mpconvert.onnx.checks import check, check_inputs, layer_of, reject_unconverted_ops  # noqa: F401 (layer_of: tests)
 from mpconvert.onnx.edges import edge_casts, float16_io
+from mpconvert.onnx.empty_batch import serve_empty_batch
 from mpconvert.onnx.graphdef import drop_xla_markers, graph_dtypes, pack_16bit_constants, take_weights
 from mpconvert.onnx.handlers import ML_DOMAIN, ML_OPSET, register_tf2onnx_handlers
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
@@ -109,6 +110,8 @@ def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset:
         repairs.extend(float16_io(proto))
     for repair in REPAIRS:
         repairs.extend(repair(proto))
+    edges = edge_casts(proto)  # the model's own edges: the empty-batch padding adds no Cast
+    repairs.extend(serve_empty_batch(proto))
     data = check(proto, unit_of)
 
     replace_atomically(path, data, "the ONNX file")  # the bytes onnx.save writes
@@ -123,7 +126,7 @@ def _finish(proto, tf_dtypes, patched: bool, unit_of, path: pathlib.Path, opset:
         initializer_dtypes=dict(sorted(dtypes.items())),
         repairs=repairs,
         io=io,
-        edges=edge_casts(proto),
+        edges=edges,
     )
 
 
