@@ -10,8 +10,8 @@ One repair per op pattern does not keep up with real graphs, so the file as
 a whole is made to take the empty batch, whatever its ops, as the .tflite
 already is (mpconvert/emptybatch.py):
 
-    rows = Shape(first input)[0:1]; lack = 1 - rows    (1 for an empty request, <= 0 otherwise)
-    each input x:  Concat(x, Slice(blank row, 0, lack))   (Slice clamps: one blank row, or none)
+    rows = Shape(first input)[0:1]
+    each input x:  Concat(x, Slice(blank row, rows, 1))   (Slice clamps: the blank row for 0 rows, else none)
     each output y: Slice(y, 0, rows * 2**31)              (0 rows, or past the end: all of y)
 
 A request with rows runs the model on exactly its own rows, and every
@@ -30,7 +30,7 @@ layout optimizations did not apply there), and its results differed in the
 last bits; TensorRT's If (to 10.1) needs both branches' outputs of one shape
 unless the condition is a build-time constant, and takes no INT64 outputs;
 and a then-branch needs every output's non-batch dims fixed. Padding uses
-only Shape, Sub, Mul, Expand, Slice and Concat on shape values, which
+only Shape, Mul, Expand, Slice and Concat on shape values, which
 TensorRT computes as shape tensors and OpenVINO and ONNX Runtime run as they
 are. Its cost: bench/onnx_empty_batch.py.
 
@@ -96,7 +96,6 @@ def serve_empty_batch(proto) -> list[str]:
         wholes.append(whole)
 
     rows = shape(inputs[0].name, 0, 1)
-    lack = node("Sub", [one, rows])
     for value in inputs:
         padded = fresh(f"{value.name}_padded")
         rename_uses(g, value.name, padded)
@@ -107,7 +106,7 @@ def serve_empty_batch(proto) -> list[str]:
         else:
             row_shape = const("row_shape", np.array([1, *dims], np.int64))
         blank = node("Expand", [const("blank", _blank(tensor.elem_type, 1 + len(dims))), row_shape])
-        extra = node("Slice", [blank, zero, lack, zero])
+        extra = node("Slice", [blank, rows, one, zero])
         added.append(helper.make_node("Concat", [value.name, extra], [padded], axis=0, name=padded, doc_string=MARK))
     cut = const("past_the_end", np.array([_PAST_THE_END], np.int64))
     ends = node("Mul", [rows, cut])
