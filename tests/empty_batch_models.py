@@ -2,10 +2,10 @@
 
 * `spam_bilstm_h5`: Embedding + Bidirectional(LSTM) + Dense, a tf-keras
   legacy .h5 as a pretrained SMS spam classifier is. Without `mask_zero`
-  tf2onnx writes the ONNX LSTM op, and ONNX Runtime 1.31 calls
-  std::terminate on 0 rows (SIGABRT; with mask_zero=True it writes Loops,
-  which serve 0 rows). Aborts at every size tried: vocab 50-10000, maxlen
-  8-100, LSTM 4-64 units.
+  tf2onnx writes one bidirectional ONNX LSTM op, and ONNX Runtime 1.31
+  calls std::terminate on 0 rows (SIGABRT; with mask_zero=True it writes
+  Loops, which serve 0 rows). It aborted at every size tried (vocab 50 to
+  5000, maxlen 8 to 80, 4 to 64 units; float32, float16 and bfloat16).
 * `masking_lstm`: Sequential Masking + LSTM (a Transpose "perm size: 3 does
   not match input rank: 4" on 0 rows).
 * `vit_classifier`: a tiny keras-hub ViTBackbone (32x32 images, 8x8

@@ -68,8 +68,8 @@ class Isolated:
 
     def run(self, inputs: Sequence[np.ndarray]) -> RunResult:
         rows = len(inputs[0]) if len(inputs) else 0
-        child = self._start()
         try:
+            child = self._start()
             assert child.stdin is not None and child.stdout is not None
             pickle.dump([np.asarray(x) for x in inputs], child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             child.stdin.flush()
@@ -114,13 +114,19 @@ class Isolated:
         self.close()
         # The child's last words (ONNX Runtime's "terminate called ...") go to a file, read if it dies.
         self._stderr = tempfile.TemporaryFile()
-        self._child = subprocess.Popen(
-            [sys.executable, "-m", "mpconvert.runners.isolated"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        )
+        try:
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "mpconvert.runners.isolated"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            )
+        except OSError as exc:
+            self.close()
+            raise MpconvertError(
+                f"cannot start a child process to run the file in: {exc}", hint="free memory or process slots"
+            ) from exc
         assert self._child.stdin is not None
         pickle.dump(self.runner, self._child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
         return self._child
