@@ -28,8 +28,9 @@ from .errors import MpconvertError, NotExportable, WriteError
 from .onnx.checks import TooLarge
 from .onnx.external import data_file_of
 from .runners.base import Runner, RunResult
+from .runners.isolated import Crashed, Isolated
 from .runners.litert import LiteRTRunner
-from .runners.onnx import EXTENDED, OnnxRunner
+from .runners.onnx import EXTENDED, OnnxRunner, session_providers
 from .runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
 from .sections import Artifact, ArtifactOutput
 from .sections.artifacts import DataFile, ServedBatch, overall
@@ -79,7 +80,8 @@ def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequen
     """`runner` at 0 rows, 1 row and a large batch of `rows` repeated, against `expected` on the same rows.
 
     Whatever the runtime raises for a batch size is the finding (one line), not a crash: a file that cannot
-    take an empty request is an artifact that fails, named, at that size.
+    take an empty request is an artifact that fails, named, at that size. A runtime that can take its process
+    down comes as an `Isolated` runner: its crash is the finding too.
     """
     served = []
     for n in (0, 1, large_batch(rows)):
@@ -87,6 +89,9 @@ def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequen
         try:
             result = runner.run([x[take] for x in rows])
             got = result.outputs
+        except Crashed as exc:
+            served.append(ServedBatch(n, exc.message, None))
+            continue
         except Exception as exc:  # ONNX Runtime's, TensorFlow's and Keras's own errors alike
             served.append(ServedBatch(n, f"{type(exc).__name__}: {_cause(exc)}", None))
             continue
@@ -176,8 +181,19 @@ def savedmodel_parity(
 
 
 def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
-    """The written ONNX file re-run on `rows`, its outputs matched by name, against the converted model's."""
-    runner = OnnxRunner(written.export.path, written.inputs, written.outputs)
+    """The written ONNX file re-run on `rows`, its outputs matched by name, against the converted model's.
+
+    Every run of it here is a first run of a new file on ONNX Runtime, which can abort the process: they
+    happen in a child (`Isolated`), where a crash is this artifact's failure, named.
+    """
+    onnx_runner = OnnxRunner(written.export.path, written.inputs, written.outputs, providers=tuple(session_providers()))
+    with Isolated(onnx_runner) as runner:
+        return _onnx_parity(written, runner, rows, expected, signature)
+
+
+def _onnx_parity(
+    written: OnnxFile, runner: Isolated, rows: list[np.ndarray], expected: list, signature: Signature
+) -> Artifact:
     run = runner.run(rows)
     details = {
         "opset": written.export.opset,

@@ -16,7 +16,8 @@ layer's UNPACK refuses a batch of 0 rows ("NumElements(input) > 0 was
 not true"). Its function pads instead, without a branch: an empty request
 runs on one row of zeros, and the outputs are cut back to the rows asked
 for (`padded`); a request with rows runs as it is. A model that takes text
-is left as it is: LiteRT has no concatenation of strings.
+is left as it is: LiteRT has no concatenation of strings. Every ONNX file
+is padded the same way, in its graph (onnx/empty_batch.py).
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ from mpconvert.onnx.checks import (
     reject_unconverted_ops,
 )
 from mpconvert.onnx.edges import edge_casts, float16_io
+from mpconvert.onnx.empty_batch import serve_empty_batch
 from mpconvert.onnx.external import as_pending_initializers, data_file_of, reader, weights_apart, write_weights
 from mpconvert.onnx.graphdef import (
     computing_nodes,
@@ -150,6 +151,8 @@ def _finish(
         repairs.extend(float16_io(proto))
     for repair in REPAIRS:
         repairs.extend(repair(proto))
+    edges = edge_casts(proto)  # the model's own edges: the empty-batch padding adds no Cast
+    repairs.extend(serve_empty_batch(proto))
     external: tuple[str, ...] = ()
     if weights is None:
         replace_atomically(path, check(proto, unit_of), "the ONNX file")  # the bytes onnx.save writes
@@ -166,7 +169,7 @@ def _finish(
         initializer_dtypes=dict(sorted(dtypes.items())),
         repairs=repairs,
         io=io,
-        edges=edge_casts(proto),
+        edges=edges,
         external_data=external,
     )
 
