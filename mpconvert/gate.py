@@ -348,8 +348,8 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
                 f"{unit} right, fewer than {least}, the least at which min {min_agreement:.2%} allows one harmed "
                 f"({v.harmed} harmed, {v.fixed} fixed; the accuracy check judges the change)"
             )
-            values = {"kept_correct": None, "rows": 0, "harmed": v.harmed, "fixed": v.fixed}
-            return Check(AGREEMENT, True, message, values)
+            not_judged = {"kept_correct": None, "rows": 0, "harmed": v.harmed, "fixed": v.fixed}
+            return Check(AGREEMENT, True, message, not_judged)
         return _kept_correct(v, v.kept_correct, min_agreement)
     if v.agreement is None:
         return None
