@@ -47,7 +47,7 @@ install-check: $(STAMP)
 	cd $(WHEEL_DIR) && PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(CURDIR)/$(WHEEL_DIR)/site/bin/mpconvert \
 		$(CURDIR)/sample_models/cancer_mlp.keras --policy mixed_bfloat16 --data $(CURDIR)/sample_models/data/breast_cancer.npz \
 		--out converted --json --quiet > report.json
-	PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(BIN)/python -c 'import json, sys; from mpconvert.schema import problems; \
+	PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(BIN)/python -c 'import json, sys; from mpconvert.report.schema import problems; \
 		r = json.load(open("$(WHEEL_DIR)/report.json")); p = problems(r, "report"); \
 		sys.exit("\n".join(p)) if p else print("install-check: the installed wheel converted cancer_mlp, passed:", r["passed"])'
 

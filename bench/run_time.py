@@ -89,7 +89,7 @@ def main() -> None:
         ratio = whole["mixed_float16"] / whole["mixed_bfloat16"]
         verdict = "meets" if ratio <= 2 else "misses"
         print(f"  mixed_float16 run / mixed_bfloat16 run: {ratio:.2f}x ({verdict} <= 2x)")
-    from mpconvert.doctor import recommend
+    from mpconvert.commands.doctor import recommend
     from mpconvert.speed import probe_hardware
     from mpconvert.speed.layers import bench_layers
 

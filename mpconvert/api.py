@@ -15,11 +15,8 @@ from inspect import Parameter, Signature
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import MpconvertError
-from .gate_options import GateOptions
-from .hooks import Hooks
-from .keywords import Keyword, build, refuse_unknown
-from .options import (
+from mpconvert.commands.replay import ReplayInputs, replay_inputs
+from mpconvert.options.convert import (
     CONVERSION_KEYWORDS,
     EXPORT_KEYWORDS,
     GATE_KEYWORDS,
@@ -33,13 +30,16 @@ from .options import (
     SaveOptions,
     ValidateOptions,
 )
-from .replay_inputs import ReplayInputs, replay_inputs
-from .tracking_options import TRACKING_KEYWORDS, TrackingOptions
-from .usercode import importing_from
-from .verify_options import VERIFY_KEYWORDS, VerifyOptions
+from mpconvert.options.gate import GateOptions
+from mpconvert.options.keywords import Keyword, build, refuse_unknown
+from mpconvert.options.tracking import TRACKING_KEYWORDS, TrackingOptions
+from mpconvert.options.verify import VERIFY_KEYWORDS, VerifyOptions
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.hooks import Hooks
+from mpconvert.system.usercode import importing_from
 
 if TYPE_CHECKING:
-    from .report import Report
+    from mpconvert.report.report import Report
 
 
 def _signature(keywords: Mapping[str, Keyword], *leading: Parameter) -> Signature:
@@ -151,7 +151,7 @@ class Conversion:
         the SavedModel when the gate passed, mlflow_experiment,
         mlflow_optional.
         """
-        from .pipeline import save
+        from mpconvert.pipeline import save
 
         export = {k: v for k, v in keywords.items() if k not in TRACKING_KEYWORDS}
         tracking = tracking_options(**{k: v for k, v in keywords.items() if k in TRACKING_KEYWORDS})
@@ -187,7 +187,7 @@ def convert(
     `on_finetune_step(step, total, loss, loss_scale)`. Raises MpconvertError
     for anything the inputs cause.
     """
-    from .pipeline import convert as run
+    from mpconvert.pipeline import convert as run
 
     tracking = [name for name in keywords if name in TRACKING_KEYWORDS]
     if tracking:  # a run records a written output folder, and convert() writes none
@@ -217,7 +217,7 @@ def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspe
     keep_float32, pad_multiple, max_pad_overhead, data and auto_keep (the
     numeric lint; "off" skips it), and the loading ones.
     """
-    from .pipeline import inspect as plan
+    from mpconvert.pipeline import inspect as plan
 
     options = conversion_options(model, policy, **keywords)
     found = plan(options)
@@ -232,7 +232,7 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
     max_regression) keep the values stored in the report. Returns the
     re-judged report: its "passed" and "gate" are the new verdict.
     """
-    from .stored import read_report
+    from mpconvert.report.read import read_report
 
     stored = report if isinstance(report, dict) else read_report(Path(report))
     return recheck(stored, gate_options(**thresholds)).to_json()
@@ -240,8 +240,8 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
 
 def recheck(stored: dict, options: GateOptions) -> Report:
     """A stored report (report.json's content) judged again with `options` over its own thresholds."""
-    from .report import Report
-    from .stored import load_baseline
+    from mpconvert.report.read import load_baseline
+    from mpconvert.report.report import Report
 
     # Judged on its raw figures: a derived one it stores that they contradict fails the gate.
     report = Report.read_back(stored)
@@ -294,9 +294,9 @@ def replay(
     oneDNN's rewrites off where the slow-kernel guard finds a broken kernel,
     as the conversion it replays did (a Python process cannot).
     """
-    from .comparison import compared
-    from .pipeline import convert_and_save
-    from .stored import read_report
+    from mpconvert.pipeline import convert_and_save
+    from mpconvert.report.diff import compared
+    from mpconvert.report.read import read_report
 
     path = Path(report)
     path = path / "report.json" if path.is_dir() else path
@@ -330,6 +330,6 @@ def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
     passed, 3 a check failed. Keywords: provider ("auto", "cpu", "cuda",
     "tensorrt"), fallback, speed_batch.
     """
-    from .verification import verify_path
+    from mpconvert.commands.verify import verify_path
 
     return verify_path(folder, verify_options(**keywords), write=write).to_json()

@@ -34,28 +34,44 @@ from typing import Any
 
 import numpy as np
 
-from . import interrupts
-from .artifacts import Artifact, write_checked
-from .context import Context
-from .data import DataSource, EvalData, evaluation_data
-from .errors import MpconvertError
-from .golden import GOLDEN_NAME, GOLDEN_ROWS, GoldenRows, write_golden
-from .hooks import NO_HOOKS, Hooks
-from .keywords import keywords_of
-from .kinds import Capability, ModelKind, Plan, open_model
-from .numerics.autokeep import AutoKeep, passes
-from .numerics.lint import Lint
-from .numerics.search import Goal
-from .objectstore import staged_upload
-from .options import PARITY_SAMPLES, AutoKeepMode, ConvertOptions, ExportOptions, Metric, RewriteOptions, SaveOptions
-from .outdir import claimed_output, staged_output
-from .pad import PadPlan
-from .render.html import REPORT_HTML, write_report_page
-from .report import REPORT_NAME, Report, json_safe
-from .runners.onnx import OnnxRunner
-from .sections import DataRecord, Golden, InputFile, Provenance, Skipped, SpeedNotes, SpeedReport, Timings
-from .sections.provenance import recorded_options
-from .speed import (
+from mpconvert.data.context import Context
+from mpconvert.data.rows import DataSource, EvalData, evaluation_data
+from mpconvert.export.artifacts import Artifact, write_checked
+from mpconvert.export.tracking import SKIPPED_STAGE, Tracker
+from mpconvert.export.tracking import start as start_tracking
+from mpconvert.keras.pad import PadPlan
+from mpconvert.kinds import Capability, ModelKind, Plan, open_model
+from mpconvert.numerics.search import Goal, passes
+from mpconvert.options.convert import (
+    PARITY_SAMPLES,
+    AutoKeepMode,
+    ConvertOptions,
+    ExportOptions,
+    Metric,
+    RewriteOptions,
+    SaveOptions,
+)
+from mpconvert.options.keywords import keywords_of
+from mpconvert.render.html import REPORT_HTML, write_report_page
+from mpconvert.report.golden import GOLDEN_NAME, GOLDEN_ROWS, GoldenRows, write_golden
+from mpconvert.report.measure import judge, judging
+from mpconvert.report.read import report_file
+from mpconvert.report.report import REPORT_NAME, Report, json_safe
+from mpconvert.report.sections import (
+    AutoKeep,
+    DataRecord,
+    Golden,
+    InputFile,
+    Lint,
+    Provenance,
+    Skipped,
+    SpeedNotes,
+    SpeedReport,
+    Timings,
+)
+from mpconvert.report.sections.provenance import recorded_options
+from mpconvert.runners.onnx import OnnxRunner
+from mpconvert.speed import (
     SPEED_BATCH,
     PathSpeed,
     Speed,
@@ -67,14 +83,15 @@ from .speed import (
     target_note,
     warning_for,
 )
-from .speed.slow_kernel import early, guard, kernel_probe_wanted
-from .stored import report_file
-from .tracking import SKIPPED_STAGE, Tracker
-from .tracking import start as start_tracking
-from .urls import is_url, without_credentials
-from .usercode import module_file, user_folder
-from .validate import judge, judging
-from .writing import reported_at, write_text, writing
+from mpconvert.speed.slow_kernel import early, guard, kernel_probe_wanted
+from mpconvert.system import interrupts
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.hooks import NO_HOOKS, Hooks
+from mpconvert.system.objectstore import staged_upload
+from mpconvert.system.outdir import claimed_output, staged_output
+from mpconvert.system.urls import is_url, without_credentials
+from mpconvert.system.usercode import module_file, user_folder
+from mpconvert.system.writing import reported_at, write_text, writing
 
 log = logging.getLogger("mpconvert")
 

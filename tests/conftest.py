@@ -61,7 +61,7 @@ def schema_problems(path: Path) -> list[str]:
     """What breaks the shipped schema in a report.json or batch.json an mpconvert run wrote."""
     import json
 
-    from mpconvert.schema import KNOWN_VERSIONS, problems
+    from mpconvert.report.schema import KNOWN_VERSIONS, problems
 
     try:
         document = json.loads(path.read_text())

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mpconvert.options import ConvertOptions, ExportOptions
+from mpconvert.options.convert import ConvertOptions, ExportOptions
 
 
 @dataclasses.dataclass(frozen=True)

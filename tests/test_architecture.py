@@ -15,9 +15,9 @@ import numpy as np
 import tiny_models
 
 import mpconvert
+from mpconvert.graph.kind import GraphKind
+from mpconvert.keras.kind import KerasKind
 from mpconvert.kinds import Capability
-from mpconvert.kinds.frozen import FrozenKind
-from mpconvert.kinds.keras import KerasKind
 
 PACKAGE = Path(mpconvert.__file__).parent
 
@@ -44,24 +44,25 @@ def test_only_the_onnx_runner_opens_onnx_runtime_sessions():
 
 def test_no_kind_switch_outside_the_kinds():
     # What tells the two kinds apart: the frozen graph's class, the graph format, and its name as a string.
-    switch = re.compile(r"\bFrozenGraph\b|\bFrozenKind\b|\bKerasKind\b|ModelFormat\.GRAPH|== ['\"]graph['\"]")
-    allowed = ("kinds/", "frozen/", "formats.py", "runners/graphdef.py")
+    switch = re.compile(r"\bFrozenGraph\b|\bGraphKind\b|\bKerasKind\b|ModelFormat\.GRAPH|== ['\"]graph['\"]")
+    # The kinds (the interface and its choice, the Keras kind, the graph kind) and the model formats.
+    allowed = ("kinds/", "keras/", "graph/", "data/formats.py", "runners/graph.py")
     found = {
         name: sorted(set(switch.findall(code_of(text))))
         for name, text in sources().items()
         if not name.startswith(allowed) and switch.search(code_of(text))
     }
-    # load.detect_format is where a file's format is read: the one place the graph format is named.
-    assert found == {"load.py": ["ModelFormat.GRAPH"]}
+    # keras/load.detect_format reads a file's format: inside the kinds, where every switch is.
+    assert found == {}
 
 
 def test_every_kind_implements_the_whole_interface_and_says_why_it_lacks_a_stage():
-    for kind in (KerasKind, FrozenKind):
+    for kind in (KerasKind, GraphKind):
         assert not getattr(kind, "__abstractmethods__", None), kind
         assert set(kind.lacks) <= set(Capability)
         assert all(reason.strip() for reason in kind.lacks.values())
     assert KerasKind.lacks == {}
-    assert set(FrozenKind.lacks) == set(Capability)
+    assert set(GraphKind.lacks) == set(Capability)
 
 
 def test_a_keras_conversion_skips_nothing_and_measures_activation_memory():

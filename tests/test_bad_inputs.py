@@ -22,7 +22,7 @@ import tf_keras
 import tiny_models
 from conftest import console_script, invoke
 
-from mpconvert.errors import MpconvertError
+from mpconvert.system.errors import MpconvertError
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_models"

@@ -22,8 +22,8 @@ from mpconvert.batch.key import job_key
 from mpconvert.batch.manifest import Job, load_manifest
 from mpconvert.batch.runner import shard_of
 from mpconvert.cli import cli
-from mpconvert.digests import digest
-from mpconvert.errors import MpconvertError
+from mpconvert.system.digests import digest
+from mpconvert.system.errors import MpconvertError
 
 MANIFEST = """
 [defaults]

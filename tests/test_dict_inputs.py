@@ -20,8 +20,8 @@ import tf_keras
 from conftest import console_script, invoke
 
 import mpconvert
-from mpconvert.data import Task, load_npz
-from mpconvert.signature import Signature, TensorSpec, signature_of
+from mpconvert.data.rows import Task, load_npz
+from mpconvert.data.signature import Signature, TensorSpec, signature_of
 
 CONVERT = ["--policy", "mixed_float16", "--export", "savedmodel,onnx"]
 

@@ -98,7 +98,7 @@ def test_a_serving_savedmodels_inputs_keep_one_order_whatever_the_hash_seed(tmp_
     # of inputs given from Python) changed from run to run.
     dm.tokens_and_num(keras, names="other", epochs=1).export(tmp_path / "served", verbose=False)
     script = (
-        "import sys; from mpconvert.frozen.freeze import load_frozen; "
+        "import sys; from mpconvert.graph.freeze import load_frozen; "
         "print([s.name for s in load_frozen(sys.argv[1]).signature.inputs])"
     )
     orders = {

@@ -16,17 +16,17 @@ from click.testing import CliRunner
 from conftest import SAMPLES, invoke
 
 from mpconvert.cli import cli
-from mpconvert.context import Context
-from mpconvert.data import EvalData, Split, Task
-from mpconvert.errors import MpconvertError
-from mpconvert.finetune import takes_class_ids, training_labels
-from mpconvert.formats import ModelFormat
-from mpconvert.frameworks import KERAS3, TF_KERAS
-from mpconvert.load import Loaded
-from mpconvert.options import FinetuneOptions, RewriteOptions
-from mpconvert.precision import Precision
-from mpconvert.rewrite import rewrite
-from mpconvert.signature import TensorSpec, signature_of
+from mpconvert.data.context import Context
+from mpconvert.data.formats import ModelFormat
+from mpconvert.data.rows import EvalData, Split, Task
+from mpconvert.data.signature import TensorSpec, signature_of
+from mpconvert.keras.finetune import takes_class_ids, training_labels
+from mpconvert.keras.frameworks import KERAS3, TF_KERAS
+from mpconvert.keras.load import Loaded
+from mpconvert.keras.rewrite import rewrite
+from mpconvert.options.convert import FinetuneOptions, RewriteOptions
+from mpconvert.options.precision import Precision
+from mpconvert.system.errors import MpconvertError
 
 FRAMEWORKS = [pytest.param((keras, KERAS3), id="keras3"), pytest.param((tf_keras, TF_KERAS), id="tf_keras")]
 
@@ -39,7 +39,7 @@ def regression_data(model, rows=256, seed=0):
 
 
 def run_finetune(K, framework, model, data, task, metric, policy, seed=0, **options):
-    from mpconvert.finetune import finetune
+    from mpconvert.keras.finetune import finetune
 
     converted = rewrite(model, framework, RewriteOptions(policy), [data.validation.inputs[0][:2]]).model
     before = [w.copy() for w in converted.get_weights()]

@@ -16,13 +16,13 @@ from conftest import SAMPLES, invoke
 from junitparser import Failure, JUnitXml
 from reports import make_report, stored, thresholds, typed, write
 
-from mpconvert.errors import MpconvertError
-from mpconvert.gate import evaluate
-from mpconvert.gate_options import GateOptions
+from mpconvert.options.gate import GateOptions
 from mpconvert.render import markdown, write_junit
-from mpconvert.report import Report
-from mpconvert.stored import load_baseline, read_report, stored_thresholds
-from mpconvert.thresholds import Baseline, Thresholds
+from mpconvert.report.gate import evaluate
+from mpconvert.report.read import load_baseline, read_report, stored_thresholds
+from mpconvert.report.report import Report
+from mpconvert.report.thresholds import Baseline, Thresholds
+from mpconvert.system.errors import MpconvertError
 
 
 def checks_of(report, th=None) -> dict:
@@ -794,7 +794,7 @@ def test_ci_a_stopped_fine_tune_fails_the_gate(tmp_path):
 
 
 def test_the_policy_tolerance_tables_cannot_be_changed_by_one_caller():
-    from mpconvert.precision import Precision
+    from mpconvert.options.precision import Precision
 
     with pytest.raises(TypeError):
         Precision.of("mixed_float16").parity_rtol["onnx"] = 9.0
@@ -814,8 +814,8 @@ def test_nothing_to_pad_is_said_with_the_stages_reason():
 
 
 def test_drift_and_agreement_without_rows_are_not_judged():
-    from mpconvert.gate import check_drift
-    from mpconvert.sections import OutputValidation
+    from mpconvert.report.gate import check_drift
+    from mpconvert.report.sections import OutputValidation
 
     empty = OutputValidation("boxes", None, None, None, None, max_abs_diff=0.0, rows=0)
     check = check_drift(empty)

@@ -15,8 +15,8 @@ import tensorflow as tf
 from conftest import invoke
 
 import mpconvert
-from mpconvert.frozen.freeze import load_frozen
-from mpconvert.frozen.rewrite import RewriteError, check_edges, rewrite_graph
+from mpconvert.graph.freeze import load_frozen
+from mpconvert.graph.rewrite import RewriteError, check_edges, rewrite_graph
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from option_values import changed_values, every_field, option_fields, replaced, 
 from mpconvert.api import conversion_options, export_options
 from mpconvert.batch.key import NOT_KEYED, job_key
 from mpconvert.batch.manifest import Job
-from mpconvert.options import ConvertOptions
+from mpconvert.options.convert import ConvertOptions
 
 FILES = {"m.keras": b"model bytes", "d.npz": b"data bytes", "b.json": b'{"baseline": 1}'}
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from conftest import SAMPLES, invoke
 
-from mpconvert.litert import write_litert
+from mpconvert.data.signature import Signature, TensorSpec
+from mpconvert.export.litert import write_litert
+from mpconvert.report.schema import problems
 from mpconvert.runners.litert import LiteRTRunner, interpreter_class
-from mpconvert.schema import problems
-from mpconvert.signature import Signature, TensorSpec
 
 DIGITS = SAMPLES / "data" / "digits.npz"
 

@@ -23,10 +23,10 @@ import pytest
 from conftest import SAMPLES, console_script, invoke
 
 import mpconvert
-from mpconvert.digests import digest
-from mpconvert.errors import MpconvertError
-from mpconvert.tracking import gate_metrics, metric_name, run_params
-from mpconvert.tracking_options import TrackingOptions
+from mpconvert.export.tracking import gate_metrics, metric_name, run_params
+from mpconvert.options.tracking import TrackingOptions
+from mpconvert.system.digests import digest
+from mpconvert.system.errors import MpconvertError
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
@@ -309,7 +309,7 @@ def test_register_needs_a_server_and_the_savedmodel(tmp_path):
 
 
 def test_without_mlflow_installed_the_error_names_the_extra(monkeypatch):
-    from mpconvert.tracking import start
+    from mpconvert.export.tracking import start
 
     monkeypatch.setitem(sys.modules, "mlflow", None)  # what `import mlflow` meets where it is not installed
     with pytest.raises(MpconvertError) as caught:
@@ -393,7 +393,7 @@ def test_a_batch_is_a_parent_run_with_one_child_per_model(server, tmp_path):
 
 
 def test_several_outputs_get_their_own_metrics_and_version_tags():
-    from mpconvert.tracking import drop_tags
+    from mpconvert.export.tracking import drop_tags
 
     stored = {
         "passed": False,
@@ -492,7 +492,7 @@ def test_a_batch_result_whose_run_was_not_recorded_is_not_one_resume_reuses(fail
     from mpconvert.api import conversion_options
     from mpconvert.batch.manifest import Job
     from mpconvert.batch.worker import RESULT_NAME, job_spec, run
-    from mpconvert.tracking import RunNotRecorded
+    from mpconvert.export.tracking import RunNotRecorded
 
     job = Job("cancer", conversion_options(MODEL, POLICY, data=DATA, finetune_steps=0))
     out = tmp_path / "cancer" / POLICY

@@ -16,10 +16,10 @@ from conftest import SAMPLES, invoke
 
 import mpconvert
 from mpconvert.batch.results import entry
-from mpconvert.data import load_npz
-from mpconvert.kinds.keras import tasks_of
+from mpconvert.data.rows import load_npz
+from mpconvert.data.signature import signature_of
+from mpconvert.keras.kind import tasks_of
 from mpconvert.runners.keras import predict
-from mpconvert.signature import signature_of
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 

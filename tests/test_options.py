@@ -15,8 +15,8 @@ import mpconvert
 from mpconvert.api import conversion_options, export_options, gate_options
 from mpconvert.batch import manifest
 from mpconvert.batch.worker import job_options, job_spec
-from mpconvert.keywords import keywords_of
-from mpconvert.options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, ConvertOptions, ExportOptions
+from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, ConvertOptions, ExportOptions
+from mpconvert.options.keywords import keywords_of
 from mpconvert.render.options_doc import options_markdown
 
 COMMANDS = ("convert", "inspect", "check", "batch", "batch-merge", "doctor")
@@ -80,7 +80,7 @@ def test_one_keyword_fills_every_field_that_declares_it():
 def test_a_keyword_is_declared_by_one_field_only():
     from dataclasses import dataclass
 
-    from mpconvert.keywords import keyword, table
+    from mpconvert.options.keywords import keyword, table
 
     @dataclass(frozen=True)
     class First:
@@ -208,7 +208,7 @@ def test_the_manifest_takes_each_key_with_its_declared_toml_type(tmp_path):
 
 def test_doctor_budget_defaults_to_the_timing_constant():
     from mpconvert.cli.doctor import doctor_command
-    from mpconvert.options import DEFAULT_DOCTOR_BUDGET_S as DEFAULT_BUDGET_S
+    from mpconvert.options.convert import DEFAULT_DOCTOR_BUDGET_S as DEFAULT_BUDGET_S
 
     (budget,) = [p for p in doctor_command.params if p.name == "budget"]
     assert budget.default == DEFAULT_BUDGET_S

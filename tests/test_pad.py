@@ -13,14 +13,14 @@ import tf_keras
 import tiny_models
 from onnx_graph import io_dims, weight_initializers
 
-from mpconvert.frameworks import KERAS3, TF_KERAS
+from mpconvert.data.signature import generate_inputs, signature_of
+from mpconvert.keras.frameworks import KERAS3, TF_KERAS
+from mpconvert.keras.pad import pad, plan_model_padding
+from mpconvert.keras.rewrite import rewrite
 from mpconvert.onnx.export import keras_to_onnx
-from mpconvert.options import PadOptions, RewriteOptions
-from mpconvert.pad import pad, plan_model_padding
-from mpconvert.precision import Precision
-from mpconvert.rewrite import rewrite
+from mpconvert.options.convert import PadOptions, RewriteOptions
+from mpconvert.options.precision import Precision
 from mpconvert.runners.onnx import run_onnx
-from mpconvert.signature import generate_inputs, signature_of
 
 FRAMEWORKS = {"keras3": (keras, KERAS3), "tf_keras": (tf_keras, TF_KERAS)}
 

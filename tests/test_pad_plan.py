@@ -6,8 +6,8 @@ import sys
 import pytest
 from pad_nets import Net
 
-from mpconvert.options import PadOptions
-from mpconvert.pad import LayerGraph, plan_padding
+from mpconvert.keras.pad import LayerGraph, plan_padding
+from mpconvert.options.convert import PadOptions
 
 FORMATS = ["keras3", "tf_keras"]
 
@@ -147,6 +147,6 @@ def test_conv_flops_come_from_kernel_size_and_depth_multiplier(fmt):
 
 
 def test_planning_imports_no_tensorflow():
-    code = "import sys, mpconvert.pad; sys.exit(sorted({'tensorflow', 'keras', 'tf_keras'} & set(sys.modules)) or None)"
+    code = "import sys, mpconvert.keras.pad; sys.exit(sorted({'tensorflow', 'keras', 'tf_keras'} & set(sys.modules)) or None)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

@@ -22,12 +22,12 @@ from conftest import invoke
 from onnx import TensorProto, helper
 from pad_nets import Net
 
-from mpconvert.errors import MpconvertError
-from mpconvert.gate import _padding
+from mpconvert.keras.pad import plan_padding
 from mpconvert.onnx.repairs import insert_float32_islands
-from mpconvert.options import PadOptions
-from mpconvert.pad import plan_padding
-from mpconvert.sections import PaddingReport
+from mpconvert.options.convert import PadOptions
+from mpconvert.report.gate import _padding
+from mpconvert.report.sections import PaddingReport
+from mpconvert.system.errors import MpconvertError
 
 VOCAB, STEPS = 40, 10
 
@@ -257,9 +257,9 @@ def test_class_ids_on_a_two_unit_sigmoid_are_scored_by_argmax(two_unit_sigmoid, 
 
 
 def test_fine_tuning_class_ids_on_a_sigmoid_compares_one_hot_rows():
-    from mpconvert.data import Task
-    from mpconvert.finetune import training_labels
-    from mpconvert.signature import TensorSpec
+    from mpconvert.data.rows import Task
+    from mpconvert.data.signature import TensorSpec
+    from mpconvert.keras.finetune import training_labels
 
     task = Task("sigmoid", TensorSpec("scores", (None, 3), "float32"))
     ids = np.array([2, 0, 1])

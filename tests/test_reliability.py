@@ -22,7 +22,7 @@ import tf_keras
 from conftest import SAMPLES, console_script, invoke
 
 import mpconvert
-from mpconvert.outdir import claimed_output
+from mpconvert.system.outdir import claimed_output
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 CANCER_NPZ = SAMPLES / "data" / "breast_cancer.npz"

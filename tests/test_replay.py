@@ -9,7 +9,7 @@ import tiny_models
 from conftest import invoke
 
 import mpconvert
-from mpconvert.comparison import EXPECTED
+from mpconvert.report.diff import EXPECTED
 
 
 @pytest.fixture(scope="module")

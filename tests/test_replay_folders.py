@@ -17,8 +17,8 @@ import tiny_models
 from conftest import console_script
 
 import mpconvert
-from mpconvert.replay_inputs import replay_inputs
-from mpconvert.sections import InputFile
+from mpconvert.commands.replay import replay_inputs
+from mpconvert.report.sections import InputFile
 
 # A's module, imported with --import; B's of the same name would stop any run that imported it.
 MODULE_A = "ROWS_FROM = 'A'\n"

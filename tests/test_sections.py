@@ -18,11 +18,11 @@ from conftest import SAMPLES
 
 import mpconvert
 from mpconvert.api import conversion_options, export_options
-from mpconvert.options import AutoKeepMode, SaveOptions
+from mpconvert.options.convert import AutoKeepMode, SaveOptions
 from mpconvert.pipeline import convert, convert_and_save
-from mpconvert.report import Report
-from mpconvert.schema import problems
-from mpconvert.sections import FinetuneKept, SearchOutcome, Validation
+from mpconvert.report.report import Report
+from mpconvert.report.schema import problems
+from mpconvert.report.sections import FinetuneKept, SearchOutcome, Validation
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 CANCER_DATA = SAMPLES / "data" / "breast_cancer.npz"

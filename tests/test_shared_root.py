@@ -23,7 +23,7 @@ from moto_s3 import moto_s3
 
 from mpconvert.batch.shards import shard_from_environment
 from mpconvert.batch.storage import open_root
-from mpconvert.errors import MpconvertError
+from mpconvert.system.errors import MpconvertError
 
 RECIPES = REPO / "docs" / "recipes"
 SECRET = "mpconvert-test-secret-0x5EC12E7"

@@ -20,28 +20,26 @@ from click.testing import CliRunner
 from junitparser import JUnitXml
 from reports import make_report, stored, thresholds, typed, write
 
-from mpconvert import doctor
 from mpconvert.cli import cli
-from mpconvert.errors import MpconvertError
-from mpconvert.gate import SPEED, evaluate
-from mpconvert.gate_options import GateOptions
-from mpconvert.precision import POLICIES
+from mpconvert.commands import doctor
+from mpconvert.keras.activation_memory import COMPUTED, activation_bytes, activation_memory
+from mpconvert.options.gate import GateOptions
+from mpconvert.options.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
-from mpconvert.sections.speed import Latency
+from mpconvert.report.gate import SPEED, evaluate
+from mpconvert.report.sections.speed import Latency
+from mpconvert.report.thresholds import Thresholds
 from mpconvert.speed import (
-    COMPUTED,
     Gpu,
     Hardware,
     PathSpeed,
     Speed,
-    activation_bytes,
-    activation_memory,
     fast_units,
     measure_speed,
     read_cpu,
     warning_for,
 )
-from mpconvert.thresholds import Thresholds
+from mpconvert.system.errors import MpconvertError
 
 ROWS = 100
 BATCH = 64
@@ -65,9 +63,9 @@ def timed_pairs(original, model, paths=("keras", "savedmodel")):
 
 
 def converted(K, policy):
-    from mpconvert.frameworks import KERAS3, TF_KERAS
-    from mpconvert.options import RewriteOptions
-    from mpconvert.rewrite import rewrite
+    from mpconvert.keras.frameworks import KERAS3, TF_KERAS
+    from mpconvert.keras.rewrite import rewrite
+    from mpconvert.options.convert import RewriteOptions
 
     original = dense(K)
     framework = KERAS3 if K.__name__ == "keras" else TF_KERAS
@@ -196,15 +194,15 @@ def test_a_dynamic_dimension_is_listed_not_guessed():
 def test_onnx_speed_times_the_file_against_a_float32_export(tmp_path, policy):
     import keras
 
-    from mpconvert.formats import ModelFormat
-    from mpconvert.frameworks import KERAS3
-    from mpconvert.kinds.keras import KerasKind
-    from mpconvert.load import Loaded
+    from mpconvert.data.formats import ModelFormat
+    from mpconvert.data.signature import signature_of
+    from mpconvert.keras.frameworks import KERAS3
+    from mpconvert.keras.kind import KerasKind
+    from mpconvert.keras.load import Loaded
     from mpconvert.onnx.export import keras_to_onnx
     from mpconvert.pipeline import bench_onnx
     from mpconvert.runners.keras import input_specs
     from mpconvert.runners.onnx import cuda_usable
-    from mpconvert.signature import signature_of
 
     original, model, rows = converted(keras, policy)
     path = tmp_path / "model.onnx"

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from mpconvert.data import Split, Task
-from mpconvert.gate import check_accuracy, check_agreement
-from mpconvert.signature import TensorSpec
-from mpconvert.validate import Validation, compare
+from mpconvert.data.rows import Split, Task
+from mpconvert.data.signature import TensorSpec
+from mpconvert.report.gate import check_accuracy, check_agreement
+from mpconvert.report.measure import Validation, compare
 
 SOFTMAX = Task("softmax", TensorSpec("p", (None, 3), "float32"))
 REGRESSION = Task("regression", TensorSpec("v", (None, 1), "float32"))

@@ -22,8 +22,8 @@ import tiny_models
 from conftest import SAMPLES, invoke
 
 import mpconvert
+from mpconvert.report.schema import problems
 from mpconvert.runners.onnx import cuda_usable
-from mpconvert.schema import problems
 
 
 def sha256(path: Path) -> str:

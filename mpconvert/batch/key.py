@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..report import versions
-from .manifest import PATH_KEYS, Job
+from mpconvert.batch.manifest import PATH_KEYS, Job
+from mpconvert.report.report import versions
 
 _CHUNK = 1 << 20
 
@@ -50,7 +50,7 @@ def file_digest(path: Path) -> str:
 
 
 def _mpconvert_version() -> str:
-    from ..report import mpconvert_version
+    from mpconvert.report.report import mpconvert_version
 
     return mpconvert_version()
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..api import conversion_options, export_options
-from ..data import is_callable_spec
-from ..errors import MpconvertError
-from ..load import detect_format
-from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, ConvertOptions, ExportOptions
-from ..precision import POLICIES
+from mpconvert.api import conversion_options, export_options
+from mpconvert.data.formats import detect_format
+from mpconvert.data.rows import is_callable_spec
+from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, ConvertOptions, ExportOptions
+from mpconvert.options.precision import POLICIES
+from mpconvert.system.errors import MpconvertError
 
 # Every keyword of a conversion and its export, as the Python API and the manifest spell them.
 CONVERSION_KEYS = tuple(CONVERSION_KEYWORDS)

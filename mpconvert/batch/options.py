@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import MpconvertError
-from ..keywords import Keyword, check_ranges, keyword, table
-from ..tracking_options import TrackingOptions
+from mpconvert.options.keywords import Keyword, check_ranges, keyword, table
+from mpconvert.options.tracking import TrackingOptions
+from mpconvert.system.errors import MpconvertError
 
 EXECUTORS = ("local", "ray")
 

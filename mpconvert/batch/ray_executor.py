@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import MpconvertError
-from ..writing import writing
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.writing import writing
 
 RETRIES = 3  # Ray's own default for a task whose worker died
 _CONNECT_SECONDS = 5.0

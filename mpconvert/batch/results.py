@@ -10,14 +10,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import MpconvertError
-from ..gate import layer_counts
-from ..report import EXIT_FAILED, EXIT_GATE, EXIT_OK
-from ..schema import SCHEMA_VERSION, check_version
-from ..sections import Layer
-from ..sections.validation import worse_by
-from ..validate import within
-from ..writing import replace_atomically
+from mpconvert.report.gate import layer_counts
+from mpconvert.report.measure import within
+from mpconvert.report.report import EXIT_FAILED, EXIT_GATE, EXIT_OK
+from mpconvert.report.schema import SCHEMA_VERSION, check_version
+from mpconvert.report.sections import Layer
+from mpconvert.report.sections.validation import worse_by
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.writing import replace_atomically
 
 BATCH_NAME = "batch.json"
 STATUSES = ("passed", "gate_failed", "error", "timed_out")

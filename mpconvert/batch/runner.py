@@ -26,18 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import interrupts
-from ..errors import MpconvertError
-from ..memory import available_memory
-from ..outdir import claimed_root, clear_dead_run
-from ..writing import writing
-from .key import job_key
-from .manifest import Job
-from .options import BatchOptions
-from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
-from .shards import combine_if_last, shard_summary_name
-from .storage import Root, open_root
-from .worker import RESULT_NAME, job_spec
+from mpconvert.batch.key import job_key
+from mpconvert.batch.manifest import Job
+from mpconvert.batch.options import BatchOptions
+from mpconvert.batch.results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
+from mpconvert.batch.shards import combine_if_last, shard_summary_name
+from mpconvert.batch.storage import Root, open_root
+from mpconvert.batch.worker import RESULT_NAME, job_spec
+from mpconvert.system import interrupts
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.memory import available_memory
+from mpconvert.system.outdir import claimed_root, clear_dead_run
+from mpconvert.system.writing import writing
 
 _WORK = ".mpconvert-batch"  # specs, results and logs of running workers, under the root
 _POLL = 0.2
@@ -158,7 +158,7 @@ class LocalExecutor:
 
 def executor_for(options: BatchOptions) -> Executor:
     if options.executor == "ray":
-        from .ray_executor import RayExecutor
+        from mpconvert.batch.ray_executor import RayExecutor
 
         return RayExecutor(options.ray_address)
     return LocalExecutor()

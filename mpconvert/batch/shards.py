@@ -23,13 +23,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import MpconvertError
-from .results import BATCH_NAME, merge
+from mpconvert.batch.results import BATCH_NAME, merge
+from mpconvert.system.errors import MpconvertError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .storage import Root
+    from mpconvert.batch.storage import Root
 
 SHARDS_FOLDER = "shards"
 _SHARD_FOLDER = re.compile(r"^(?P<index>\d+)-of-(?P<count>\d+)$")

@@ -26,12 +26,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..objectstore import Store, open_store, staging_root
-from ..outdir import merge_lock
-from ..render.html import INDEX_HTML, batch_page, write_batch_page
-from ..urls import is_url
-from .results import BATCH_NAME, parse_batch, read_batch, write_batch
-from .worker import RESULT_NAME
+from mpconvert.batch.results import BATCH_NAME, parse_batch, read_batch, write_batch
+from mpconvert.batch.worker import RESULT_NAME
+from mpconvert.render.html import INDEX_HTML, batch_page, write_batch_page
+from mpconvert.system.objectstore import Store, open_store, staging_root
+from mpconvert.system.outdir import merge_lock
+from mpconvert.system.urls import is_url
 
 __all__ = ["LocalRoot", "RemoteRoot", "Root", "is_url", "open_root"]
 

@@ -27,13 +27,13 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import failure_of
-from ..keywords import keywords_of
-from ..writing import replace_atomically
+from mpconvert.options.keywords import keywords_of
+from mpconvert.system.errors import failure_of
+from mpconvert.system.writing import replace_atomically
 
 if TYPE_CHECKING:
-    from ..options import ConvertOptions, ExportOptions
-    from .manifest import Job
+    from mpconvert.batch.manifest import Job
+    from mpconvert.options.convert import ConvertOptions, ExportOptions
 
 RESULT_NAME = "batch_result.json"  # in each result folder: its key, written with it
 _PR_SET_PDEATHSIG = 1
@@ -70,7 +70,7 @@ def job_spec(job: Job) -> dict:
 
 def job_options(spec: dict) -> tuple[ConvertOptions, ExportOptions]:
     """The job's options again, equal to the ones the batch built, through the same API functions."""
-    from ..api import conversion_options, export_options
+    from mpconvert.api import conversion_options, export_options
 
     conversion = conversion_options(Path(spec["model"]), spec["policy"], **spec["options"])
     return conversion, export_options(**spec["export"])
@@ -78,11 +78,11 @@ def job_options(spec: dict) -> tuple[ConvertOptions, ExportOptions]:
 
 def run(spec: dict) -> dict:
     """Convert one job; returns {status, message, exit_code}."""
-    from ..hooks import Hooks
-    from ..options import SaveOptions
-    from ..pipeline import convert_and_save
-    from ..tracking import RunNotRecorded
-    from ..tracking_options import TrackingOptions
+    from mpconvert.export.tracking import RunNotRecorded
+    from mpconvert.options.convert import SaveOptions
+    from mpconvert.options.tracking import TrackingOptions
+    from mpconvert.pipeline import convert_and_save
+    from mpconvert.system.hooks import Hooks
 
     options, export = job_options(spec)
     tracking = spec.get("tracking")
@@ -111,17 +111,17 @@ def main(argv: list[str]) -> int:
     spec_path = Path(argv[0])
     spec = json.loads(spec_path.read_text())
     _die_with_parent(spec["parent"])
-    from ..process import silence_frameworks, unwind_on_sigterm
+    from mpconvert.system.process import silence_frameworks, unwind_on_sigterm
 
     silence_frameworks()
     unwind_on_sigterm()  # a stopped batch stops its workers; they clean up like Ctrl-C
     started = time.perf_counter()
-    from ..speed.slow_kernel import Restart
+    from mpconvert.speed.slow_kernel import Restart
 
     try:
         result = run(spec)
     except Restart as exc:  # a broken 16-bit kernel: this worker again, with oneDNN's rewrites off
-        from ..process import restart
+        from mpconvert.system.process import restart
 
         restart(exc, [sys.executable, "-m", "mpconvert.batch.worker", *argv], quiet=True)
     except KeyboardInterrupt:

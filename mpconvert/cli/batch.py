@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from ..batch.runner import BatchRun
-    from ..batch.shards import Shard
-    from ..tracking import ParentRun
-    from ..tracking_options import TrackingOptions
+    from mpconvert.batch.runner import BatchRun
+    from mpconvert.batch.shards import Shard
+    from mpconvert.export.tracking import ParentRun
+    from mpconvert.options.tracking import TrackingOptions
 
-from ..batch.options import BATCH_KEYWORDS, BatchOptions
-from .flags import (
+from mpconvert.batch.options import BATCH_KEYWORDS, BatchOptions
+from mpconvert.cli.failures import command_line, run_action
+from mpconvert.cli.flags import (
     LocalPath,
     conversion_flags,
     debug_option,
@@ -26,8 +27,7 @@ from .flags import (
     quiet_option,
     tracking_flags,
 )
-from .outputs import Outputs, Renderings
-from .process import command_line, run_action
+from mpconvert.cli.outputs import Outputs, Renderings
 
 BATCH_EXIT_HELP = """\b
 Exit codes:
@@ -42,7 +42,7 @@ Exit codes:
 
 
 def batch_renderings() -> Renderings:
-    from ..render import batch_markdown, render_batch, write_batch_junit
+    from mpconvert.render import batch_markdown, render_batch, write_batch_junit
 
     return Renderings(render_batch, batch_markdown, write_batch_junit)
 
@@ -120,10 +120,10 @@ def batch_command(
     outputs = Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
-        from ..api import tracking_options
-        from ..batch.manifest import folder_jobs, load_manifest
-        from ..batch.runner import run_batch
-        from ..render import BatchProgress
+        from mpconvert.api import tracking_options
+        from mpconvert.batch.manifest import folder_jobs, load_manifest
+        from mpconvert.batch.runner import run_batch
+        from mpconvert.render import BatchProgress
 
         chosen = _shard(shard, shards)
         given = {**conversion, **({"policy": policy} if policy else {})}
@@ -175,8 +175,8 @@ def _parent_run(tracking: TrackingOptions, source: Path, chosen: Shard | None, q
     """The batch's MLflow parent run, made after the server's check and before any worker starts; None untracked."""
     if not tracking.enabled:
         return None
-    from ..hooks import Hooks
-    from ..tracking import parent_run
+    from mpconvert.export.tracking import parent_run
+    from mpconvert.system.hooks import Hooks
 
     def say(prefix: str):
         return (lambda text: None) if quiet else (lambda text: click.echo(prefix + text, err=True))
@@ -189,9 +189,9 @@ def _finish_parent(parent: ParentRun, run: BatchRun, root: str) -> None:
     """batch.json and index.html on the parent run: the root's own files, or for object storage a local rendering."""
     import tempfile
 
-    from ..batch.results import BATCH_NAME, write_batch
-    from ..batch.storage import is_url
-    from ..render.html import INDEX_HTML, write_batch_page
+    from mpconvert.batch.results import BATCH_NAME, write_batch
+    from mpconvert.batch.storage import is_url
+    from mpconvert.render.html import INDEX_HTML, write_batch_page
 
     if not is_url(root):
         summary = Path(run.path)  # a shard that did not finish last has only its own summary, and no page
@@ -208,8 +208,8 @@ def _shard(shard: str | None, shards: int | None) -> Shard | None:
     """This run's shard: --shard I/N, or --shard auto from the scheduler's variables; None unsharded."""
     import os
 
-    from ..batch.shards import Shard, parse_shard, shard_from_environment
-    from ..errors import MpconvertError
+    from mpconvert.batch.shards import Shard, parse_shard, shard_from_environment
+    from mpconvert.system.errors import MpconvertError
 
     if shard == "auto":
         return shard_from_environment(os.environ, shards)
@@ -240,10 +240,10 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
         raise click.UsageError("several roots: give --out for the merged batch.json")
 
     def action() -> int:
-        from ..batch.results import BATCH_NAME, merge, read_batch
-        from ..batch.shards import missing_shards, summaries_in
-        from ..batch.storage import is_url, open_root
-        from ..errors import MpconvertError
+        from mpconvert.batch.results import BATCH_NAME, merge, read_batch
+        from mpconvert.batch.shards import missing_shards, summaries_in
+        from mpconvert.batch.storage import is_url, open_root
+        from mpconvert.system.errors import MpconvertError
 
         def given(root: str) -> list[dict]:  # a root (folder or URL), or a batch.json file itself
             return (

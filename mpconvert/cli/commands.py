@@ -15,15 +15,11 @@ import sys
 
 import click
 
-from ..api import conversion_options, export_options, gate_options, tracking_options
-from ..options import EXPORT_KEYWORDS, SaveOptions, default_out_dir
-from ..precision import POLICIES
-from ..process import allow_restart, restart, restart_allowed, silence_frameworks, unwind_on_sigterm
-from ..report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
-from ..verify_options import VERIFY_KEYWORDS
-from .batch import batch_command, batch_merge_command
-from .doctor import doctor_command
-from .flags import (
+from mpconvert.api import conversion_options, export_options, gate_options, tracking_options
+from mpconvert.cli.batch import batch_command, batch_merge_command
+from mpconvert.cli.doctor import doctor_command
+from mpconvert.cli.failures import COMMAND_LINE, command_line, run_action
+from mpconvert.cli.flags import (
     LocalPath,
     conversion_flags,
     debug_option,
@@ -36,8 +32,12 @@ from .flags import (
     quiet_option,
     tracking_flags,
 )
-from .outputs import Outputs, Renderings
-from .process import COMMAND_LINE, command_line, run_action
+from mpconvert.cli.outputs import Outputs, Renderings
+from mpconvert.options.convert import EXPORT_KEYWORDS, SaveOptions, default_out_dir
+from mpconvert.options.precision import POLICIES
+from mpconvert.options.verify import VERIFY_KEYWORDS
+from mpconvert.report.report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
+from mpconvert.system.process import allow_restart, restart, restart_allowed, silence_frameworks, unwind_on_sigterm
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -128,8 +128,8 @@ def convert_command(model, policy, out, force, conversion, tracking, junit, summ
         raise click.UsageError("Missing option '--policy'.")
 
     def action() -> int:
-        from ..pipeline import convert_and_save
-        from ..render import LiveDisplay
+        from mpconvert.pipeline import convert_and_save
+        from mpconvert.render import LiveDisplay
 
         keywords, export = split_export(conversion)
         options = conversion_options(model, policy, **keywords)
@@ -179,8 +179,8 @@ def inspect_command(model, policy, debug, **keywords):
     """
 
     def action() -> int:
-        from ..api import inspect
-        from ..render import render_inspection
+        from mpconvert.api import inspect
+        from mpconvert.render import render_inspection
 
         render_inspection(inspect(model, policy, **keywords))
         return 0
@@ -210,13 +210,13 @@ def check_command(report_file, junit, summary, as_json, html, quiet, debug, **th
 
     def action() -> int:
         # No TensorFlow on this path: a re-check takes a fraction of a second.
-        from ..api import recheck
-        from ..stored import read_report
+        from mpconvert.api import recheck
+        from mpconvert.report.read import read_report
 
         report = recheck(read_report(report_file), gate_options(**thresholds))
         stored = report.to_json()
         if html:
-            from ..render.html import write_report_page
+            from mpconvert.render.html import write_report_page
 
             write_report_page(stored, html)
         outputs.emit(stored, report_file)
@@ -246,9 +246,9 @@ def replay_command(report_file, out, force, as_json, quiet, debug):
     """
 
     def action() -> int:
-        from ..api import replay
-        from ..render import LiveDisplay
-        from ..render.replay import render_replay
+        from mpconvert.api import replay
+        from mpconvert.render import LiveDisplay
+        from mpconvert.render.replay import render_replay
 
         with LiveDisplay(quiet or as_json) as display:
             result = replay(
@@ -297,8 +297,8 @@ def verify_command(folder, junit, summary, as_json, quiet, debug, **keywords):
     """
 
     def action() -> int:
-        from ..api import verify
-        from ..render.verify import render_verify, verify_markdown, write_verify_junit
+        from mpconvert.api import verify
+        from mpconvert.render.verify import render_verify, verify_markdown, write_verify_junit
 
         document = verify(folder, **keywords)
         where = document.get("folder") or document.get("root")
@@ -322,7 +322,7 @@ def main() -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     unwind_on_sigterm()
     allow_restart()
-    from ..speed.slow_kernel import Restart
+    from mpconvert.speed.slow_kernel import Restart
 
     try:
         cli(prog_name="mpconvert")

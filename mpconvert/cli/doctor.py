@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from ..options import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH
-from .flags import LocalPath, debug_option, flags_for
-from .process import run_action
+from mpconvert.cli.failures import run_action
+from mpconvert.cli.flags import LocalPath, debug_option, flags_for
+from mpconvert.options.convert import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH
 
 
 @click.command("doctor")
@@ -44,16 +44,16 @@ def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserial
     """
 
     def action() -> int:
-        from ..render import render_doctor, render_model_timing
+        from mpconvert.render import render_doctor, render_model_timing
 
         if model is not None:
-            from ..doctor_model import time_model
-            from ..options import LoadOptions
+            from mpconvert.commands.doctor_model import time_model
+            from mpconvert.options.convert import LoadOptions
 
             load = LoadOptions(model, unsafe_deserialization, tuple(imports))
             found, show = time_model(load, speed_batch, budget), render_model_timing
         else:
-            from ..doctor import diagnose
+            from mpconvert.commands.doctor import diagnose
 
             found, show = diagnose().as_dict(), render_doctor
         if as_json:

@@ -18,13 +18,13 @@ from typing import Any
 
 import click
 
-from ..errors import MpconvertError
-from ..gate_options import check_tolerance
-from ..keywords import Keyword
-from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds
-from ..precision import POLICIES
-from ..tracking_options import TRACKING_KEYWORDS
-from ..urls import is_url, without_credentials
+from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds
+from mpconvert.options.gate import check_tolerance
+from mpconvert.options.keywords import Keyword
+from mpconvert.options.precision import POLICIES
+from mpconvert.options.tracking import TRACKING_KEYWORDS
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.urls import is_url, without_credentials
 
 
 class LocalPath(click.Path):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from ..errors import MpconvertError
-from ..urls import is_url
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.urls import is_url
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Renderings:
 
 
 def report_renderings() -> Renderings:
-    from ..render import markdown, render_summary, write_junit
+    from mpconvert.render import markdown, render_summary, write_junit
 
     return Renderings(render_summary, markdown, write_junit)
 

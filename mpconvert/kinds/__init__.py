@@ -7,11 +7,11 @@ Keras model (keras.py). Nothing outside this package asks which kind it has.
 
 from __future__ import annotations
 
-from ..formats import ModelFormat
-from ..load import detect_format, load_model
-from ..options import LoadOptions
-from ..usercode import import_module
-from .base import Candidate, Capability, ModelKind, Plan
+from mpconvert.data.formats import ModelFormat, detect_format
+from mpconvert.keras.load import load_model
+from mpconvert.kinds.base import Candidate, Capability, ModelKind, Plan
+from mpconvert.options.convert import LoadOptions
+from mpconvert.system.usercode import import_module
 
 __all__ = ["Candidate", "Capability", "ModelKind", "Plan", "open_model"]
 
@@ -19,12 +19,12 @@ __all__ = ["Candidate", "Capability", "ModelKind", "Plan", "open_model"]
 def open_model(options: LoadOptions) -> ModelKind:
     """The model `options` name, loaded (no code from it runs unless allowed), as its kind."""
     if options.path is not None and detect_format(options.path) is ModelFormat.GRAPH:
-        from ..frozen.freeze import load_frozen
-        from .frozen import FrozenKind
+        from mpconvert.graph.freeze import load_frozen
+        from mpconvert.graph.kind import GraphKind
 
         for name in options.imports:
             import_module(name, f"--import {name}")
-        return FrozenKind(load_frozen(options.path, options.signature), options.path)
-    from .keras import KerasKind
+        return GraphKind(load_frozen(options.path, options.signature), options.path)
+    from mpconvert.keras.kind import KerasKind
 
     return KerasKind(load_model(options))

@@ -22,20 +22,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..artifacts import OnnxFile, Writer
-from ..context import Context
-from ..fidelity import Fidelity
-from ..finetune import Finetune, StepCallback
-from ..formats import ModelFormat
-from ..numerics.lint import Lint
-from ..numerics.search import Goal, Search
-from ..options import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
-from ..pad import Padding, PadPlan
-from ..precision import Precision
-from ..runners.base import Runner
-from ..sections import Layer, Source
-from ..signature import Signature
-from ..tasks import Task
+from mpconvert.data.context import Context
+from mpconvert.data.formats import ModelFormat
+from mpconvert.data.signature import Signature
+from mpconvert.data.tasks import Task
+from mpconvert.export.artifacts import OnnxFile, Writer
+from mpconvert.keras.pad import Padding, PadPlan
+from mpconvert.numerics.search import Goal, Search
+from mpconvert.options.convert import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
+from mpconvert.options.precision import Precision
+from mpconvert.report.sections import Fidelity, Finetune, Layer, Lint, Source
+from mpconvert.runners.base import Runner
+from mpconvert.system.hooks import StepCallback
 
 
 class Capability(StrEnum):

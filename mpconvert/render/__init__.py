@@ -22,12 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..checks import PARITY
-from ..formats import units_of
-from ..hooks import Hooks
-from ..report import EXIT_GATE
-from .batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
-from .common import (
+from mpconvert.data.formats import units_of
+from mpconvert.render.batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
+from mpconvert.render.common import (
     Live,
     artifact_path,
     console_for,
@@ -38,8 +35,11 @@ from .common import (
     row,
     token_line,
 )
-from .doctor import render_doctor, render_model_timing
-from .figures import check_figures
+from mpconvert.render.doctor import render_doctor, render_model_timing
+from mpconvert.render.figures import check_figures
+from mpconvert.report.checks import PARITY
+from mpconvert.report.report import EXIT_GATE
+from mpconvert.system.hooks import Hooks
 
 __all__ = [
     "BatchProgress",

@@ -10,7 +10,7 @@ from junitparser import Error, Failure, JUnitXml, TestCase, TestSuite
 from rich.markup import escape
 from rich.table import Table
 
-from .common import Live, cell, console_for, format_number, row
+from mpconvert.render.common import Live, cell, console_for, format_number, row
 
 # --- batches ------------------------------------------------------------------
 

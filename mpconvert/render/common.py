@@ -7,8 +7,8 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from ..gate import LayerCounts, layer_counts
-from ..sections import Layer
+from mpconvert.report.gate import LayerCounts, layer_counts
+from mpconvert.report.sections import Layer
 
 
 def console_for(stream: IO[str]) -> Console:

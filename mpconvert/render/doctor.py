@@ -8,7 +8,7 @@ from typing import IO
 from rich.markup import escape
 from rich.table import Table
 
-from .common import console_for
+from mpconvert.render.common import console_for
 
 # --- the doctor -----------------------------------------------------------------
 

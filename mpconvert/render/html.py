@@ -20,14 +20,14 @@ from pathlib import Path
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
-from ..checks import PARITY
-from ..formats import units_of
-from ..options import Metric
-from ..sections import PaddingReport, member
-from ..writing import replace_atomically
-from . import describe_source, parity_limits, speed_line
-from .common import format_bytes, format_number, layer_counts_of, token_line
-from .figures import check_figures
+from mpconvert.data.formats import units_of
+from mpconvert.options.convert import Metric
+from mpconvert.render import describe_source, parity_limits, speed_line
+from mpconvert.render.common import format_bytes, format_number, layer_counts_of, token_line
+from mpconvert.render.figures import check_figures
+from mpconvert.report.checks import PARITY
+from mpconvert.report.sections import PaddingReport, member
+from mpconvert.system.writing import replace_atomically
 
 REPORT_HTML = "report.html"
 INDEX_HTML = "index.html"
@@ -375,7 +375,7 @@ def batch_rows(summary: dict, folder: Path) -> list[dict]:
 
 def batch_page(summary: dict, folder: Path) -> str:
     """index.html's text for a batch.json (one run, a shard or merged shards) kept in `folder`."""
-    from .batch import batch_totals_line
+    from mpconvert.render.batch import batch_totals_line
 
     return (
         _templates()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..keywords import Keyword
-from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
-from ..tracking_options import TRACKING_KEYWORDS
+from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
+from mpconvert.options.keywords import Keyword
+from mpconvert.options.tracking import TRACKING_KEYWORDS
 
 HEADER = """\
 # Options

@@ -13,7 +13,7 @@ from typing import IO, Any
 from junitparser import Failure, JUnitXml, TestCase, TestSuite
 from rich.markup import escape
 
-from .common import console_for, format_bytes, row
+from mpconvert.render.common import console_for, format_bytes, row
 
 
 def documents(document: dict) -> list[dict]:

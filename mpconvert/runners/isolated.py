@@ -32,8 +32,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..errors import MpconvertError
-from .base import Runner, RunResult
+from mpconvert.runners.base import Runner, RunResult
+from mpconvert.system.errors import MpconvertError
 
 _WHAT = {"onnxruntime": "ONNX Runtime", "litert": "the LiteRT interpreter", "tensorflow": "TensorFlow"}
 _VERBS = {

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..signature import Signature
-from .base import RUNTIME_TENSORFLOW, RunResult
-from .keras import fetch
+from mpconvert.data.signature import Signature
+from mpconvert.runners.base import RUNTIME_TENSORFLOW, RunResult
+from mpconvert.runners.keras import fetch
 
 DEFAULT_SIGNATURE = "serving_default"
 

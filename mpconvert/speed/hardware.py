@@ -12,7 +12,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..precision import Precision
+from mpconvert.options.precision import Precision
 
 # The /proc/cpuinfo flags that decide 16-bit speed on a CPU. avx512f alone
 # only converts between formats; the *_bf16 / *_fp16 ones compute.

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .hardware import read_cpu
+from mpconvert.speed.hardware import read_cpu
 
 STAND_IN_ENV = "MPCONVERT_TEST_SLOW_POLICY"
 CACHE_ENV = "MPCONVERT_CACHE_DIR"
@@ -201,8 +201,8 @@ def _time_dense(policies: tuple[str, ...]) -> dict:
     import keras
     import tensorflow as tf
 
-    from ..runners.keras import KerasRunner
-    from .timing import median_ms
+    from mpconvert.runners.keras import KerasRunner
+    from mpconvert.speed.timing import median_ms
 
     stand_in = os.environ.get(STAND_IN_ENV)
     x = tf.random.stateless_normal((ROWS, UNITS), seed=(0, 1))

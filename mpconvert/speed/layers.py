@@ -25,10 +25,10 @@ import sys
 import time
 from typing import Any
 
-from ..errors import first_line
-from ..runners.keras import KerasRunner
-from .slow_kernel import SLOWER
-from .timing import figures, median_ms
+from mpconvert.runners.keras import KerasRunner
+from mpconvert.speed.slow_kernel import SLOWER
+from mpconvert.speed.timing import figures, median_ms
+from mpconvert.system.errors import first_line
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 # A 16-bit layer this many times slower than float32 is a broken kernel, not

@@ -18,14 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import first_line
-from ..options import DEFAULT_SPEED_BATCH
-from ..runners.base import Runner
-from ..runners.onnx import OnnxRunner, missing_kernel
-from ..sections import PaddingCost, PathSpeed, Speed
-from ..sections.speed import Latency
-from .hardware import Hardware, probe_hardware
-from .timing import BUDGET_S, REPEATS, median_ms, rounded_ms, timed_ms
+from mpconvert.options.convert import DEFAULT_SPEED_BATCH
+from mpconvert.report.sections import PaddingCost, PathSpeed, Speed
+from mpconvert.report.sections.speed import Latency
+from mpconvert.runners.base import Runner
+from mpconvert.runners.onnx import OnnxRunner, missing_kernel
+from mpconvert.speed.hardware import Hardware, probe_hardware
+from mpconvert.speed.timing import BUDGET_S, REPEATS, median_ms, rounded_ms, timed_ms
+from mpconvert.system.errors import first_line
 
 # The default serving batch (--speed-batch): at 64 rows a mixed_bfloat16
 # Dense(4096)x2 read 1.12x over float32 where it served 2.04x at 256.

@@ -1,0 +1,287 @@
+"""Write an artifact, then re-load and re-run it: the export stage's machinery, shared by every kind.
+
+An artifact is only reported once it has been read back and its outputs
+compared with the converted model's on real inputs: a file that was
+written but does not load is a failure, not a success. Each kind of model
+says what it writes (kinds/); this module checks and records it.
+
+One artifact failing (an MpconvertError: tf2onnx cannot convert an op, the
+graph is invalid) does not throw the others away: it is reported as failed
+with the reason, and the gate's parity check for it fails (exit code 3).
+Any other exception is mpconvert's bug and propagates.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mpconvert.data.signature import Signature
+from mpconvert.onnx.external import data_file_of
+from mpconvert.onnx.graph_checks import TooLarge
+from mpconvert.options.artifact_kinds import ArtifactKind
+from mpconvert.report.measure import max_abs_diff
+from mpconvert.report.sections import Artifact, ArtifactOutput
+from mpconvert.report.sections.artifacts import DataFile, ServedBatch, overall
+from mpconvert.runners.base import Runner, RunResult
+from mpconvert.runners.isolated import Crashed, Isolated
+from mpconvert.runners.litert import LiteRTRunner
+from mpconvert.runners.onnx import EXTENDED, OnnxRunner, session_providers
+from mpconvert.runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
+from mpconvert.system.digests import Digest, digest
+from mpconvert.system.errors import MpconvertError, NotExportable, WriteError
+from mpconvert.system.writing import writing
+
+# Bytes of graph, metadata and report beside the weights in an output folder
+# (a few hundred KB for the sample models); a floor for the estimate.
+OVERHEAD = 1 << 20
+
+# Batches a server sends that the validation rows do not: none (an empty
+# request; a -1 beside a 0 in an ONNX Reshape cannot take it), one, and a
+# large one, LARGE_BATCH rows or what fits in LARGE_BATCH_BYTES of inputs
+# (MobileNetV2 at 224x224: 437 rows), the validation rows repeated.
+LARGE_BATCH = 4096
+LARGE_BATCH_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class OnnxFile:
+    """A written, checked ONNX file, with its graph inputs' and outputs' names in the signature's order."""
+
+    export: Any  # onnx.export.OnnxExport
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+# What a kind writes: (artifact kind, path in the staging folder, write it there and re-check it).
+Writer = tuple[ArtifactKind, Path, Callable[[Path], Artifact]]
+
+
+def _max_abs(outputs: list[np.ndarray]) -> float:
+    # Finite values only: NaN outputs already make max_abs_diff None (a
+    # failure), and report.json must stay valid JSON.
+    return max((float(np.abs(o[np.isfinite(o)]).max(initial=0.0)) for o in outputs), default=0.0)
+
+
+def large_batch(rows: Sequence[np.ndarray]) -> int:
+    # A string input counts 4 bytes per character of its longest string (NumPy's '<U' itemsize): more
+    # than the UTF-8 a server receives, so the batch errs small, never past LARGE_BATCH_BYTES.
+    per_row = sum(x[:1].nbytes for x in rows) or 1
+    return max(2, min(LARGE_BATCH, LARGE_BATCH_BYTES // per_row))
+
+
+def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> tuple:
+    """`runner` at 0 rows, 1 row and a large batch of `rows` repeated, against `expected` on the same rows.
+
+    Whatever the runtime raises for a batch size is the finding (one line), not a crash: a file that cannot
+    take an empty request is an artifact that fails, named, at that size. A runtime that can take its process
+    down comes as an `Isolated` runner: its crash is the finding too.
+    """
+    served = []
+    for n in (0, 1, large_batch(rows)):
+        take = np.arange(n) % len(rows[0])
+        try:
+            result = runner.run([x[take] for x in rows])
+            got = result.outputs
+        except Crashed as exc:
+            served.append(ServedBatch(n, exc.message, None))
+            continue
+        except Exception as exc:  # ONNX Runtime's, TensorFlow's and Keras's own errors alike
+            served.append(ServedBatch(n, f"{type(exc).__name__}: {_cause(exc)}", None))
+            continue
+        wrong = next((g.shape for g in got if g.shape[:1] != (n,)), None)
+        if wrong is not None:
+            served.append(ServedBatch(n, f"returned an output of shape {tuple(wrong)} for {n} rows", None))
+            continue
+        note = result.runtime if EXTENDED in result.runtime else None
+        served.append(ServedBatch(n, None, max_abs_diff([e[take] for e in expected], got), note))
+    return tuple(served)
+
+
+# Lines of TensorFlow's error text that say where, not what.
+_WHERE = (
+    "Graph execution error",
+    "Detected at node",
+    "<stack traces",
+    "[[",
+    "Arguments received",
+    "•",
+    "Exception encountered",
+)
+
+
+def _cause(exc: BaseException) -> str:
+    """What a runtime's error says went wrong, in one line: TensorFlow's first line is often only "Graph
+    execution error:", with the cause some lines below."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = [line for line in lines if not line.startswith(_WHERE)] or lines
+    return " ".join(said[:2])[:400] or type(exc).__name__
+
+
+def parity(
+    kind: ArtifactKind,
+    path: Path,
+    expected: list,
+    got: list,
+    runtime: str,
+    details: dict,
+    signature: Signature,
+    written: Digest | None = None,
+    batches: tuple[ServedBatch, ...] | None = None,
+    data_files: Sequence[Path] = (),
+) -> Artifact:
+    """An artifact's parity over all outputs; with several outputs, each one's too (by name).
+
+    `written` is the file's digest where the caller has it already (`verify` checked it), else it is taken;
+    `batches` what `serving_batches` found; `data_files` the files beside it that it reads (external data).
+    """
+    each = {
+        spec.name: ArtifactOutput(max_abs_diff([e], [g]), _max_abs([e]))
+        for spec, e, g in zip(signature.outputs, expected, got)
+    }
+    # The whole artifact's figures as a re-check derives them from its outputs' (Artifact.derived).
+    whole = overall(each.values())
+    outputs = each if len(each) > 1 else None
+    written = written or digest(path)
+    data = tuple(DataFile(f.name, found.bytes, found.sha256) for f in data_files for found in [digest(f)])
+    return Artifact(
+        kind,
+        path.name,
+        written.bytes + sum(d.bytes for d in data),
+        whole.max_abs_diff,
+        whole.max_abs_ref,
+        runtime,
+        details,
+        outputs=outputs,
+        sha256=written.sha256,
+        batches=batches,
+        rows=len(expected[0]) if expected else None,
+        external_data=data or None,
+    )
+
+
+def savedmodel_parity(
+    path: Path, signature: Signature, rows: list[np.ndarray], expected: list, signature_name: str = DEFAULT_SIGNATURE
+) -> Artifact:
+    """A written SavedModel reloaded and run through its serving signature, with the signature's dtypes."""
+    runner = SavedModelRunner(path, signature, signature_name)
+    run: RunResult = runner.run(rows)
+    # The signature's name, so that `verify` elsewhere calls the one that was checked here.
+    details = {**runner.dtypes(), "signature": signature_name}
+    batches = serving_batches(runner, rows, expected)
+    return parity(
+        ArtifactKind.SAVEDMODEL, path, expected, run.outputs, runner.runtime, details, signature, batches=batches
+    )
+
+
+def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
+    """The written ONNX file re-run on `rows`, its outputs matched by name, against the converted model's.
+
+    Every run of it here is a first run of a new file on ONNX Runtime, which can abort the process: they
+    happen in a child (`Isolated`), where a crash is this artifact's failure, named.
+    """
+    onnx_runner = OnnxRunner(written.export.path, written.inputs, written.outputs, providers=tuple(session_providers()))
+    with Isolated(onnx_runner) as runner:
+        return _onnx_parity(written, runner, rows, expected, signature)
+
+
+def _onnx_parity(
+    written: OnnxFile, runner: Isolated, rows: list[np.ndarray], expected: list, signature: Signature
+) -> Artifact:
+    run = runner.run(rows)
+    details = {
+        "opset": written.export.opset,
+        "io": written.export.io,
+        "edges": written.export.edges,
+        "initializer_dtypes": written.export.initializer_dtypes,
+        "repairs": list(written.export.repairs),
+        # ONNX Runtime's CPU provider lacks most bfloat16 kernels; these op
+        # types were run in float32 with rounding back to 16 bits after each,
+        # on a copy: the file as written did not run here.
+        "emulated_16bit_ops": list(run.promoted_ops),
+        "ran_as_written": run.native,
+        # The graph's inputs and outputs in the signature's order, for `verify` to feed and read them by.
+        "input_names": list(written.inputs),
+        "output_names": list(written.outputs),
+    }
+    batches = serving_batches(runner, rows, expected)
+    folder = written.export.path.parent
+    return parity(
+        ArtifactKind.ONNX,
+        written.export.path,
+        expected,
+        run.outputs,
+        run.checked_with,
+        details,
+        signature,
+        None,
+        batches,
+        [folder / name for name in written.export.external_data],
+    )
+
+
+def litert_parity(written: Any, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
+    """A written .tflite (litert.LiteRTFile) re-run in the LiteRT interpreter, against the converted model's outputs."""
+    runner = LiteRTRunner(written.path, signature)
+    run = runner.run(rows)
+    details = {**written.details, "tensor_dtypes": runner.tensor_dtypes()}
+    batches = serving_batches(runner, rows, expected)
+    return parity(
+        ArtifactKind.LITERT, written.path, expected, run.outputs, runner.runtime, details, signature, batches=batches
+    )
+
+
+def write_checked(writers: Sequence[Writer], expected: list, needed: int) -> list[Artifact]:
+    """Every writer's artifact, written and re-checked; `needed` bytes must be free for each."""
+    written = []
+    for kind, path, write in writers:
+        written.append(_guarded(kind, path, expected, write, needed))
+        # What re-loaded it (a SavedModel's restored variables, a reloaded .keras model: each a whole copy
+        # of the weights) is a cycle of TensorFlow objects: freed before the next artifact loads its own.
+        gc.collect()
+    return written
+
+
+def _guarded(
+    kind: ArtifactKind, path: Path, expected: list, write: Callable[[Path], Artifact], needed: int
+) -> Artifact:
+    """`write(path)`, or a failed Artifact with the reason when it raises an MpconvertError.
+
+    A half-written file is removed: nothing in the output folder may look
+    like an artifact that was not checked (an ONNX file's external data
+    beside it too). A full disk (WriteError) fails the whole run instead: no
+    other artifact would fit either; so does a model too large for the
+    format whatever the settings (TooLarge), with the one line that says
+    so and what to export instead, not a failed parity check.
+    """
+    try:
+        with writing(path, f"the {kind} artifact", needed):
+            return write(path)
+    except (WriteError, TooLarge):
+        raise
+    except MpconvertError as exc:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+            data_file_of(path).unlink(missing_ok=True)
+        reason = str(exc).replace("\n  fix:", "; fix:")
+        refused = isinstance(exc, NotExportable)
+        return Artifact(
+            kind,
+            None,
+            0,
+            None,
+            _max_abs(expected),
+            None,
+            {"error": reason},
+            failed=True,
+            reason=reason,
+            exportable=not refused,
+        )

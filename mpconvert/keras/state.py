@@ -1,0 +1,57 @@
+"""A rebuilt model gets all of the original's state, layer by layer, nested models included."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mpconvert.keras.frameworks import Framework
+from mpconvert.keras.trace import is_container
+
+
+def rebuild(framework: Framework, model: Any, config: dict) -> Any:
+    """A new model of `model`'s class from `config`, with all of `model`'s state."""
+    with framework.preserved_global_policy():
+        new = framework.model_from_config(model, config)
+    copy_model_state(framework, model, new)
+    return new
+
+
+def copy_model_state(
+    framework: Framework, old: Any, new: Any, renames: dict[str, str] | None = None, prefix: str = ""
+) -> dict[str, float]:
+    """Copy every layer's state from `old` into `new`, its rebuild; returns the layers whose weights changed.
+
+    `renames` maps a layer path of `old` to the name its rebuild has in `new`
+    (a split output head keeps its weights under NAME_linear). A layer whose
+    weights read back different from what was copied stores them in its
+    compute dtype (tf-keras's Normalization keeps its adapt mean in float16
+    under mixed_float16): it is returned with the largest change, and the
+    caller keeps it float32.
+    """
+    renames = renames or {}
+    changed: dict[str, float] = {}
+    for layer in old.layers:
+        path = prefix + layer.name
+        target = new.get_layer(renames.get(path, layer.name))
+        if is_container(layer):
+            changed.update(copy_model_state(framework, layer, target, renames, path + "/"))
+            continue
+        before = layer.get_weights()
+        framework.copy_layer_state(layer, target)
+        after = target.get_weights()
+        if len(before) != len(after) or any(a.shape != b.shape for a, b in zip(before, after)):
+            raise AssertionError(f"the rebuild of layer {path!r} has weights of other shapes")
+        worst = max((_change(a, b) for a, b in zip(before, after)), default=0.0)
+        if worst > 0:
+            changed[path] = worst
+    return changed
+
+
+def _change(before: np.ndarray, after: np.ndarray) -> float:
+    if np.array_equal(before, after, equal_nan=np.issubdtype(before.dtype, np.floating)):
+        return 0.0
+    if not np.issubdtype(before.dtype, np.number):
+        return float("inf")
+    return float(np.max(np.abs(before.astype(np.float64) - after.astype(np.float64)), initial=0.0)) or float("inf")

@@ -1,0 +1,51 @@
+"""`mpconvert verify`'s options: how an output folder is run on the machine where it will serve."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mpconvert.options.artifact_kinds import EXPORT_KINDS
+from mpconvert.options.convert import check_export_kinds
+from mpconvert.options.keywords import Keyword, check_ranges, keyword, table
+
+# --provider of `verify`: ONNX Runtime's execution providers by the word a user types.
+PROVIDER_WORDS = ("auto", "cpu", "cuda", "tensorrt")
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """`mpconvert verify`: how to run an output folder's artifacts on the machine where it will serve."""
+
+    provider: str = keyword(
+        "auto",
+        choices=PROVIDER_WORDS,
+        help="ONNX Runtime provider for the .onnx file; auto: the best that really loads here (TensorRT, CUDA, CPU).",
+    )
+    fallback: bool = keyword(
+        False,
+        kind="bool",
+        help="Run on the CPU provider (and say so) when --provider cuda|tensorrt does not load here, "
+        "instead of failing.",
+    )
+    speed_batch: int | None = keyword(
+        None,
+        kind="int",
+        minimum=1,
+        metavar="N",
+        default_text="the batch the conversion timed",
+        help="Rows per timed call (a serving batch); the golden rows are repeated up to it.",
+    )
+    artifacts: tuple[str, ...] = keyword(
+        EXPORT_KINDS,
+        kind="kinds",
+        choices=EXPORT_KINDS,
+        help="The artifacts to verify, the ones this machine will serve (comma-separated; savedmodel includes "
+        "model.keras); the others are neither hashed nor run.",
+    )
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+        check_export_kinds(self.artifacts)
+
+
+VERIFY_KEYWORDS: dict[str, Keyword] = table(VerifyOptions)
