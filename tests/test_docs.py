@@ -2,7 +2,7 @@
 
 Cheap: no TensorFlow, no model is loaded. What it reads is derived from the
 code where it can be (the strings under mpconvert/, the suffixes and marker
-files formats.detect_format tests, the formats it returns), so a new format,
+files detect_format tests, the formats it returns), so a new format,
 a renamed heading or a moved page fails here rather than in a newcomer's
 hands.
 """
@@ -23,8 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, invoke
 
-from mpconvert.data import formats
-from mpconvert.data.formats import ModelFormat
+from mpconvert.data.formats import ModelFormat, detect_format
 from mpconvert.system.errors import MpconvertError
 
 PACKAGE = REPO / "mpconvert"
@@ -224,8 +223,8 @@ class Formats:
 
 
 def formats(tmp: Path) -> Formats:
-    """What formats.detect_format accepts, found by reading its code and then asking it."""
-    tree = ast.parse(introspect.getsource(formats.detect_format).lstrip())
+    """What detect_format accepts, found by reading its code and then asking it."""
+    tree = ast.parse(introspect.getsource(detect_format).lstrip())
     strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     suffixes = sorted(s for s in strings if re.fullmatch(r"\.\w+", s))
     markers = sorted(s for s in strings if re.fullmatch(r"\w+\.pb", s))
@@ -239,7 +238,7 @@ def formats(tmp: Path) -> Formats:
 
     def detected(path: Path) -> ModelFormat | None:
         try:
-            return formats.detect_format(path)
+            return detect_format(path)
         except MpconvertError:
             return None
 
