@@ -92,6 +92,7 @@ def changed_values(model: Path, data: Path, baseline: Path) -> dict[str, Any]:
         "ExportOptions.opset": 13,
         "ExportOptions.parity_samples": 128,
         "ExportOptions.onnx_io": "float16",
+        "ExportOptions.onnx_external_data": 1 << 20,
         "ExportOptions.bench_onnx": True,
     }
 
