@@ -7,7 +7,7 @@ copy between buckets. Verify trusts nothing it cannot check there:
 1. every artifact's bytes against the sha256 report.json recorded (an
    ONNX file's external data files too, and golden.npz's): a changed,
    missing or damaged file fails, named;
-2. each SavedModel and ONNX file loaded with the runtimes installed here
+2. each SavedModel, ONNX and LiteRT file loaded with the runtimes installed here
    (ONNX Runtime on the provider asked for) and run on the golden rows:
    parity against the converted model's recorded outputs (the gate's own
    tolerance for that artifact kind) and the drift from float32's;
