@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mpconvert.options.convert import ConvertOptions, ExportOptions
+from mpconvert.options.convert import ConvertOptions
+from mpconvert.options.export import ExportOptions
 
 
 @dataclasses.dataclass(frozen=True)

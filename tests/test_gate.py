@@ -16,12 +16,11 @@ from conftest import SAMPLES, invoke
 from junitparser import Failure, JUnitXml
 from reports import make_report, stored, thresholds, typed, write
 
-from mpconvert.options.gate import GateOptions
+from mpconvert.options.gate import Baseline, GateOptions, Thresholds
 from mpconvert.render import markdown, write_junit
 from mpconvert.report.gate import evaluate
 from mpconvert.report.read import load_baseline, read_report, stored_thresholds
 from mpconvert.report.report import Report
-from mpconvert.report.thresholds import Baseline, Thresholds
 from mpconvert.system.errors import MpconvertError
 
 

@@ -33,7 +33,8 @@ from mpconvert.system.writing import replace_atomically
 
 if TYPE_CHECKING:
     from mpconvert.batch.manifest import Job
-    from mpconvert.options.convert import ConvertOptions, ExportOptions
+    from mpconvert.options.convert import ConvertOptions
+    from mpconvert.options.export import ExportOptions
 
 RESULT_NAME = "batch_result.json"  # in each result folder: its key, written with it
 _PR_SET_PDEATHSIG = 1
@@ -79,7 +80,7 @@ def job_options(spec: dict) -> tuple[ConvertOptions, ExportOptions]:
 def run(spec: dict) -> dict:
     """Convert one job; returns {status, message, exit_code}."""
     from mpconvert.export.tracking import RunNotRecorded
-    from mpconvert.options.convert import SaveOptions
+    from mpconvert.options.export import SaveOptions
     from mpconvert.options.tracking import TrackingOptions
     from mpconvert.pipeline import convert_and_save
     from mpconvert.system.hooks import Hooks

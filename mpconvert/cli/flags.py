@@ -18,8 +18,9 @@ from typing import Any
 
 import click
 
-from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds
-from mpconvert.options.gate import check_tolerance
+from mpconvert.options.convert import CONVERSION_KEYWORDS
+from mpconvert.options.export import EXPORT_KEYWORDS, check_export_kinds
+from mpconvert.options.gate import GATE_KEYWORDS, check_tolerance
 from mpconvert.options.keywords import Keyword
 from mpconvert.options.precision import POLICIES
 from mpconvert.options.tracking import TRACKING_KEYWORDS

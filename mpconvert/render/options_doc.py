@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
+from mpconvert.options.convert import CONVERSION_KEYWORDS
+from mpconvert.options.export import EXPORT_KEYWORDS
+from mpconvert.options.gate import GATE_KEYWORDS
 from mpconvert.options.keywords import Keyword
 from mpconvert.options.tracking import TRACKING_KEYWORDS
 
