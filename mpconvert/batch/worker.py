@@ -7,7 +7,7 @@ same conversion as the CLI and the Python API (`pipeline.convert_and_save`)
 and leaves its verdict in a small JSON file for the batch to read; a worker
 that leaves none has crashed. Its spec carries the job's options whole, as
 the keywords that rebuild them (`job_spec`, `job_options`), so an option
-added to options.py reaches the worker with nothing to add here.
+added to an options class reaches the worker with nothing to add here.
 
 A worker must not outlive its batch: if the batch is killed (SIGKILL gives
 it no chance to clean up), the kernel kills the worker too (Linux

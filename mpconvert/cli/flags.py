@@ -1,4 +1,4 @@
-"""Click options, derived from the options' keyword declarations (options.py).
+"""Click options, derived from the options' keyword declarations (options/).
 
 A conversion's flag is its Python API keyword with dashes, so a command
 hands what click parsed to `api.conversion_options` as it is. Help text,

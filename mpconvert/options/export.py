@@ -96,7 +96,7 @@ class SaveOptions:
     attachments: tuple[tuple[str, Any], ...] = ()
     # The command line that asked for this run, for the report's provenance; None from the Python API.
     command: tuple[str, ...] | None = None
-    # Where the written output is recorded as an MLflow run (tracking_options.py); off by default.
+    # Where the written output is recorded as an MLflow run (tracking.py); off by default.
     tracking: TrackingOptions = TrackingOptions()
 
     def __post_init__(self) -> None:

@@ -24,7 +24,7 @@ batch manifest spell it: the flag is the keyword with dashes
 the value stored in the report. `mpconvert inspect` takes the loading,
 keep, lint and padding options.
 
-This file is generated from the declarations in `mpconvert/options.py`
+This file is generated from the declarations in `mpconvert/options/`
 (`make docs`); a test keeps it in step with them and with `--help`.
 """
 
