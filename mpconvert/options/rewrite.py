@@ -1,5 +1,5 @@
-"""Which layers run in 16 bits: the policy, the layers kept float32 by hand (`RewriteOptions`) and by the
-numeric lint or the search (`AutoKeepOptions`)."""
+"""Which layers run in 16 bits: the policy and the layers kept float32 by hand (`RewriteOptions`), or by the
+numeric lint and the search (`AutoKeepOptions`)."""
 
 from __future__ import annotations
 
