@@ -41,7 +41,7 @@ from mpconvert.keras.frameworks import KERAS3  # noqa: E402
 from mpconvert.keras.rewrite import rewrite  # noqa: E402
 from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
 from mpconvert.onnx.proto import contents  # noqa: E402
-from mpconvert.options.convert import RewriteOptions  # noqa: E402
+from mpconvert.options.rewrite import RewriteOptions  # noqa: E402
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 

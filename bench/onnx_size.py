@@ -20,7 +20,7 @@ from mpconvert.data.signature import generate_inputs, signature_of  # noqa: E402
 from mpconvert.keras.frameworks import KERAS3  # noqa: E402
 from mpconvert.keras.rewrite import rewrite  # noqa: E402
 from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
-from mpconvert.options.convert import RewriteOptions  # noqa: E402
+from mpconvert.options.rewrite import RewriteOptions  # noqa: E402
 
 MODELS = {
     "digits_cnn": lambda: keras.models.load_model(Path(__file__).parent.parent / "sample_models" / "digits_cnn.keras"),

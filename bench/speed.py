@@ -27,7 +27,7 @@ from mpconvert.keras.finetune import Trainer  # noqa: E402
 from mpconvert.keras.frameworks import KERAS3  # noqa: E402
 from mpconvert.keras.rewrite import rewrite  # noqa: E402
 from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
-from mpconvert.options.convert import RewriteOptions  # noqa: E402
+from mpconvert.options.rewrite import RewriteOptions  # noqa: E402
 
 REPEATS = 15
 

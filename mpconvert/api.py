@@ -16,23 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mpconvert.commands.replay import ReplayInputs, replay_inputs
-from mpconvert.options.convert import (
-    CONVERSION_KEYWORDS,
-    EXPORT_KEYWORDS,
-    GATE_KEYWORDS,
-    AutoKeepOptions,
-    ConvertOptions,
-    ExportOptions,
-    FinetuneOptions,
-    LoadOptions,
-    PadOptions,
-    RewriteOptions,
-    SaveOptions,
-    ValidateOptions,
-)
-from mpconvert.options.gate import GateOptions
+from mpconvert.options.convert import CONVERSION_KEYWORDS, ConvertOptions
+from mpconvert.options.export import EXPORT_KEYWORDS, ExportOptions, SaveOptions
+from mpconvert.options.finetune import FinetuneOptions
+from mpconvert.options.gate import GATE_KEYWORDS, GateOptions
 from mpconvert.options.keywords import Keyword, build, refuse_unknown
+from mpconvert.options.load import LoadOptions
+from mpconvert.options.pad import PadOptions
+from mpconvert.options.rewrite import AutoKeepOptions, RewriteOptions
 from mpconvert.options.tracking import TRACKING_KEYWORDS, TrackingOptions
+from mpconvert.options.validate import ValidateOptions
 from mpconvert.options.verify import VERIFY_KEYWORDS, VerifyOptions
 from mpconvert.system.errors import MpconvertError
 from mpconvert.system.hooks import Hooks

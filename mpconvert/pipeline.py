@@ -42,16 +42,11 @@ from mpconvert.export.tracking import start as start_tracking
 from mpconvert.keras.pad import PadPlan
 from mpconvert.kinds import Capability, ModelKind, Plan, open_model
 from mpconvert.numerics.search import Goal, passes
-from mpconvert.options.convert import (
-    PARITY_SAMPLES,
-    AutoKeepMode,
-    ConvertOptions,
-    ExportOptions,
-    Metric,
-    RewriteOptions,
-    SaveOptions,
-)
+from mpconvert.options.convert import ConvertOptions
+from mpconvert.options.export import ExportOptions, SaveOptions
 from mpconvert.options.keywords import keywords_of
+from mpconvert.options.rewrite import AutoKeepMode, RewriteOptions
+from mpconvert.options.validate import PARITY_SAMPLES, Metric
 from mpconvert.render.html import REPORT_HTML, write_report_page
 from mpconvert.report.golden import GOLDEN_NAME, GOLDEN_ROWS, GoldenRows, write_golden
 from mpconvert.report.measure import judge, judging

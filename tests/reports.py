@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
+from mpconvert.options.gate import Thresholds
 from mpconvert.report.report import Report
-from mpconvert.report.thresholds import Thresholds
 
 
 def make_report(**changes) -> dict:

@@ -25,8 +25,8 @@ from mpconvert.keras.lint import lint
 from mpconvert.keras.rewrite import rewrite
 from mpconvert.keras.search import rank
 from mpconvert.keras.trace import trace
-from mpconvert.options.convert import RewriteOptions
 from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.system.errors import MpconvertError
 
 POLICIES = ("mixed_float16", "mixed_bfloat16")

@@ -24,8 +24,9 @@ from mpconvert.keras.finetune import takes_class_ids, training_labels
 from mpconvert.keras.frameworks import KERAS3, TF_KERAS
 from mpconvert.keras.load import Loaded
 from mpconvert.keras.rewrite import rewrite
-from mpconvert.options.convert import FinetuneOptions, RewriteOptions
+from mpconvert.options.finetune import FinetuneOptions
 from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.system.errors import MpconvertError
 
 FRAMEWORKS = [pytest.param((keras, KERAS3), id="keras3"), pytest.param((tf_keras, TF_KERAS), id="tf_keras")]

@@ -2,26 +2,28 @@
 Markdown renderings, `mpconvert check`, and the CI flow end to end."""
 
 import copy
+import dataclasses
 import json
 import math
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest
 from conftest import SAMPLES, invoke
 from junitparser import Failure, JUnitXml
+from option_values import changed_values
 from reports import make_report, stored, thresholds, typed, write
 
-from mpconvert.options.gate import GateOptions
+from mpconvert.options.gate import Baseline, GateOptions, Thresholds
 from mpconvert.render import markdown, write_junit
 from mpconvert.report.gate import evaluate
 from mpconvert.report.read import load_baseline, read_report, stored_thresholds
 from mpconvert.report.report import Report
-from mpconvert.report.thresholds import Baseline, Thresholds
 from mpconvert.system.errors import MpconvertError
 
 
@@ -335,6 +337,19 @@ def test_thresholds_from_flags_override_per_kind_in_order():
     assert th.rtol == {"savedmodel": 0.0, "keras": 0.2, "onnx": 0.0, "litert": 0.0}
     assert (th.min_agreement, th.max_drop, th.max_regression) == (0.9, 0.01, 0.0)
     assert Thresholds.from_dict(json.loads(json.dumps(th.as_dict()))) == th
+
+
+def test_each_given_threshold_is_a_judged_one_of_the_same_name_and_changes_it():
+    """GateOptions holds the thresholds as given, Thresholds as judged by: one field list, one name each."""
+    given = [f.name for f in dataclasses.fields(GateOptions)]
+    assert set(given) == {f.name for f in dataclasses.fields(Thresholds)} - {"max_drop_by_output"}
+    base = Thresholds.defaults("mixed_float16")
+    values = changed_values(Path("m.keras"), Path("d.npz"), Path("prev/report.json"))
+    earlier = Baseline("prev/report.json", "accuracy", 0.9, "mixed_float16", "net")
+    for name in given:
+        options = GateOptions(**{name: values[f"GateOptions.{name}"]})
+        judged = base.overridden(options, earlier if name == "baseline" else None)
+        assert getattr(judged, name) != getattr(base, name), f"--{name} does not reach what the gate judges by"
 
 
 # --- reports on disk, and baselines -------------------------------------------

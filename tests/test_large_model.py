@@ -26,7 +26,7 @@ from mpconvert.keras.rewrite import rewrite
 from mpconvert.onnx.export import keras_to_onnx
 from mpconvert.onnx.graph_checks import TooLarge
 from mpconvert.options.artifact_kinds import ArtifactKind
-from mpconvert.options.convert import RewriteOptions
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.runners.onnx import open_session
 from mpconvert.system.errors import MpconvertError
 

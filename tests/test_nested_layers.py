@@ -15,7 +15,7 @@ from conftest import invoke
 from mpconvert.keras.configs import model_class, model_config
 from mpconvert.keras.rewrite import plan_conversion, with_sublayers
 from mpconvert.keras.trace import sublayers
-from mpconvert.options.convert import RewriteOptions
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.report.gate import layer_counts
 from mpconvert.report.sections import Layer
 

@@ -15,7 +15,9 @@ import mpconvert
 from mpconvert.api import conversion_options, export_options, gate_options
 from mpconvert.batch import manifest
 from mpconvert.batch.worker import job_options, job_spec
-from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, ConvertOptions, ExportOptions
+from mpconvert.options.convert import CONVERSION_KEYWORDS, ConvertOptions
+from mpconvert.options.export import EXPORT_KEYWORDS, ExportOptions
+from mpconvert.options.gate import GATE_KEYWORDS
 from mpconvert.options.keywords import keywords_of
 from mpconvert.render.options_doc import options_markdown
 
@@ -215,8 +217,8 @@ def test_doctor_budget_defaults_to_the_timing_constant():
 
 
 def test_batch_flags_are_derived_from_the_batch_options_declarations():
-    from mpconvert.batch.options import BATCH_KEYWORDS, BatchOptions
     from mpconvert.cli.batch import batch_command
+    from mpconvert.options.batch import BATCH_KEYWORDS, BatchOptions
 
     assert set(BATCH_KEYWORDS) == {"baseline", "max_regression", "executor", "ray_address"}
     params = {p.name: p for p in batch_command.params}

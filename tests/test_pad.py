@@ -18,8 +18,9 @@ from mpconvert.keras.frameworks import KERAS3, TF_KERAS
 from mpconvert.keras.pad import pad, plan_model_padding
 from mpconvert.keras.rewrite import rewrite
 from mpconvert.onnx.export import keras_to_onnx
-from mpconvert.options.convert import PadOptions, RewriteOptions
+from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.runners.onnx import run_onnx
 
 FRAMEWORKS = {"keras3": (keras, KERAS3), "tf_keras": (tf_keras, TF_KERAS)}

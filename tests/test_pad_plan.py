@@ -7,7 +7,7 @@ import pytest
 from pad_nets import Net
 
 from mpconvert.keras.pad import LayerGraph, plan_padding
-from mpconvert.options.convert import PadOptions
+from mpconvert.options.pad import PadOptions
 
 FORMATS = ["keras3", "tf_keras"]
 

@@ -19,7 +19,7 @@ from conftest import SAMPLES, invoke
 
 import mpconvert
 from mpconvert.api import conversion_options, export_options
-from mpconvert.options.convert import EXPORT_KEYWORDS
+from mpconvert.options.export import EXPORT_KEYWORDS
 from mpconvert.report.report import Report
 from mpconvert.system.digests import digest
 

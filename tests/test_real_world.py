@@ -24,7 +24,7 @@ from pad_nets import Net
 
 from mpconvert.keras.pad import plan_padding
 from mpconvert.onnx.repairs import insert_float32_islands
-from mpconvert.options.convert import PadOptions
+from mpconvert.options.pad import PadOptions
 from mpconvert.report.gate import _padding
 from mpconvert.report.sections import PaddingReport
 from mpconvert.system.errors import MpconvertError

@@ -13,7 +13,7 @@ import tiny_models
 from mpconvert.data.signature import generate_inputs, signature_of
 from mpconvert.keras.frameworks import KERAS3, TF_KERAS
 from mpconvert.keras.rewrite import apply_plan, plan_conversion, rewrite
-from mpconvert.options.convert import RewriteOptions
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.system.errors import MpconvertError
 
 FRAMEWORKS = [pytest.param((keras, KERAS3), id="keras3"), pytest.param((tf_keras, TF_KERAS), id="tf_keras")]

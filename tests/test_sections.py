@@ -18,7 +18,8 @@ from conftest import SAMPLES
 
 import mpconvert
 from mpconvert.api import conversion_options, export_options
-from mpconvert.options.convert import AutoKeepMode, SaveOptions
+from mpconvert.options.export import SaveOptions
+from mpconvert.options.rewrite import AutoKeepMode
 from mpconvert.pipeline import convert, convert_and_save
 from mpconvert.report.report import Report
 from mpconvert.report.schema import problems

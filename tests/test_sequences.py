@@ -22,7 +22,7 @@ from conftest import invoke, refused
 from mpconvert.data import tokens
 from mpconvert.data.signature import TensorSpec
 from mpconvert.data.tasks import IGNORED, Task, TaskKind, TokenPadding, check_labels, padding_of
-from mpconvert.options.convert import Metric
+from mpconvert.options.validate import Metric
 from mpconvert.report.measure import choose_metric, compare_output
 from mpconvert.report.sections import OutputValidation, Validation
 from mpconvert.system.errors import MpconvertError

@@ -23,12 +23,11 @@ from reports import make_report, stored, thresholds, typed, write
 from mpconvert.cli import cli
 from mpconvert.commands import doctor
 from mpconvert.keras.activation_memory import COMPUTED, activation_bytes, activation_memory
-from mpconvert.options.gate import GateOptions
+from mpconvert.options.gate import GateOptions, Thresholds
 from mpconvert.options.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
 from mpconvert.report.gate import SPEED, evaluate
 from mpconvert.report.sections.speed import Latency
-from mpconvert.report.thresholds import Thresholds
 from mpconvert.speed import (
     Gpu,
     Hardware,
@@ -65,7 +64,7 @@ def timed_pairs(original, model, paths=("keras", "savedmodel")):
 def converted(K, policy):
     from mpconvert.keras.frameworks import KERAS3, TF_KERAS
     from mpconvert.keras.rewrite import rewrite
-    from mpconvert.options.convert import RewriteOptions
+    from mpconvert.options.rewrite import RewriteOptions
 
     original = dense(K)
     framework = KERAS3 if K.__name__ == "keras" else TF_KERAS

@@ -28,11 +28,11 @@ from typing import Protocol
 
 from mpconvert.batch.key import job_key
 from mpconvert.batch.manifest import Job
-from mpconvert.batch.options import BatchOptions
 from mpconvert.batch.results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
 from mpconvert.batch.shards import combine_if_last, shard_summary_name
 from mpconvert.batch.storage import Root, open_root
 from mpconvert.batch.worker import RESULT_NAME, job_spec
+from mpconvert.options.batch import BatchOptions
 from mpconvert.system import interrupts
 from mpconvert.system.errors import MpconvertError
 from mpconvert.system.memory import available_memory

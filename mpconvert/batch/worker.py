@@ -7,7 +7,7 @@ same conversion as the CLI and the Python API (`pipeline.convert_and_save`)
 and leaves its verdict in a small JSON file for the batch to read; a worker
 that leaves none has crashed. Its spec carries the job's options whole, as
 the keywords that rebuild them (`job_spec`, `job_options`), so an option
-added to options.py reaches the worker with nothing to add here.
+added to an options class reaches the worker with nothing to add here.
 
 A worker must not outlive its batch: if the batch is killed (SIGKILL gives
 it no chance to clean up), the kernel kills the worker too (Linux
@@ -33,7 +33,8 @@ from mpconvert.system.writing import replace_atomically
 
 if TYPE_CHECKING:
     from mpconvert.batch.manifest import Job
-    from mpconvert.options.convert import ConvertOptions, ExportOptions
+    from mpconvert.options.convert import ConvertOptions
+    from mpconvert.options.export import ExportOptions
 
 RESULT_NAME = "batch_result.json"  # in each result folder: its key, written with it
 _PR_SET_PDEATHSIG = 1
@@ -79,7 +80,7 @@ def job_options(spec: dict) -> tuple[ConvertOptions, ExportOptions]:
 def run(spec: dict) -> dict:
     """Convert one job; returns {status, message, exit_code}."""
     from mpconvert.export.tracking import RunNotRecorded
-    from mpconvert.options.convert import SaveOptions
+    from mpconvert.options.export import SaveOptions
     from mpconvert.options.tracking import TrackingOptions
     from mpconvert.pipeline import convert_and_save
     from mpconvert.system.hooks import Hooks

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from mpconvert.export.tracking import ParentRun
     from mpconvert.options.tracking import TrackingOptions
 
-from mpconvert.batch.options import BATCH_KEYWORDS, BatchOptions
 from mpconvert.cli.failures import command_line, run_action
 from mpconvert.cli.flags import (
     LocalPath,
@@ -28,6 +27,7 @@ from mpconvert.cli.flags import (
     tracking_flags,
 )
 from mpconvert.cli.outputs import Outputs, Renderings
+from mpconvert.options.batch import BATCH_KEYWORDS, BatchOptions
 
 BATCH_EXIT_HELP = """\b
 Exit codes:

@@ -33,7 +33,7 @@ from mpconvert.cli.flags import (
     tracking_flags,
 )
 from mpconvert.cli.outputs import Outputs, Renderings
-from mpconvert.options.convert import EXPORT_KEYWORDS, SaveOptions, default_out_dir
+from mpconvert.options.export import EXPORT_KEYWORDS, SaveOptions, default_out_dir
 from mpconvert.options.precision import POLICIES
 from mpconvert.options.verify import VERIFY_KEYWORDS
 from mpconvert.report.report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME

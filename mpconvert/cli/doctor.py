@@ -48,7 +48,7 @@ def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserial
 
         if model is not None:
             from mpconvert.commands.doctor_model import time_model
-            from mpconvert.options.convert import LoadOptions
+            from mpconvert.options.load import LoadOptions
 
             load = LoadOptions(model, unsafe_deserialization, tuple(imports))
             found, show = time_model(load, speed_batch, budget), render_model_timing

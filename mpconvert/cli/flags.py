@@ -1,4 +1,4 @@
-"""Click options, derived from the options' keyword declarations (options.py).
+"""Click options, derived from the options' keyword declarations (options/).
 
 A conversion's flag is its Python API keyword with dashes, so a command
 hands what click parsed to `api.conversion_options` as it is. Help text,
@@ -18,8 +18,9 @@ from typing import Any
 
 import click
 
-from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds
-from mpconvert.options.gate import check_tolerance
+from mpconvert.options.convert import CONVERSION_KEYWORDS
+from mpconvert.options.export import EXPORT_KEYWORDS, check_export_kinds
+from mpconvert.options.gate import GATE_KEYWORDS, check_tolerance
 from mpconvert.options.keywords import Keyword
 from mpconvert.options.precision import POLICIES
 from mpconvert.options.tracking import TRACKING_KEYWORDS

@@ -16,13 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mpconvert.commands.doctor import PAYS
-from mpconvert.options.convert import (
-    DEFAULT_DOCTOR_BUDGET_S,
-    DEFAULT_SPEED_BATCH,
-    PARITY_SAMPLES,
-    LoadOptions,
-    RewriteOptions,
-)
+from mpconvert.options.convert import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH
+from mpconvert.options.load import LoadOptions
+from mpconvert.options.rewrite import RewriteOptions
+from mpconvert.options.validate import PARITY_SAMPLES
 from mpconvert.speed import median_ms, probe_hardware
 from mpconvert.speed.timing import figures
 from mpconvert.system.errors import MpconvertError

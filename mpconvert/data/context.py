@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from mpconvert.data.rows import EvalData
 from mpconvert.data.signature import Signature
 from mpconvert.data.tasks import Task
-from mpconvert.options.convert import Metric
 from mpconvert.options.precision import Precision
+from mpconvert.options.validate import Metric
 
 
 @dataclass(frozen=True)

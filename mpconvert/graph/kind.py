@@ -34,8 +34,10 @@ from mpconvert.graph.search import search_nodes
 from mpconvert.kinds.base import Capability, ModelKind
 from mpconvert.numerics.search import Goal, Search, search_reason
 from mpconvert.options.artifact_kinds import ArtifactKind
-from mpconvert.options.convert import LINT_ROWS, PARITY_SAMPLES, ExportOptions, RewriteOptions
+from mpconvert.options.export import ExportOptions
 from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import LINT_ROWS, RewriteOptions
+from mpconvert.options.validate import PARITY_SAMPLES
 from mpconvert.report.compare import limit_for
 from mpconvert.report.measure import max_abs_diff
 from mpconvert.report.sections import Fidelity, Finding, Layer, Lint, Source

@@ -18,7 +18,7 @@ from mpconvert.keras.load import Loaded
 from mpconvert.keras.rewrite import Plan, Rewritten, plan_conversion
 from mpconvert.keras.search import search
 from mpconvert.numerics.search import Goal, Search, search_reason
-from mpconvert.options.convert import LINT_ROWS, RewriteOptions
+from mpconvert.options.rewrite import LINT_ROWS, RewriteOptions
 
 __all__ = ["keep_by_lint", "keep_by_search"]
 

@@ -26,7 +26,7 @@ from mpconvert.keras.configs import model_config
 from mpconvert.keras.frameworks import Framework
 from mpconvert.keras.load import Loaded
 from mpconvert.keras.state import rebuild
-from mpconvert.options.convert import FinetuneOptions
+from mpconvert.options.finetune import FinetuneOptions
 from mpconvert.options.precision import Precision
 from mpconvert.report.measure import metric_value
 from mpconvert.report.sections import Finetune, FinetuneKept

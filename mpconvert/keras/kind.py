@@ -47,8 +47,11 @@ from mpconvert.kinds.base import Capability, ModelKind
 from mpconvert.numerics.search import Goal, Search
 from mpconvert.onnx.graph_checks import layer_of
 from mpconvert.options.artifact_kinds import ArtifactKind
-from mpconvert.options.convert import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
+from mpconvert.options.export import ExportOptions
+from mpconvert.options.finetune import FinetuneOptions
+from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.report.sections import Source
 from mpconvert.runners.keras import KerasRunner, input_specs, serving_fn
 from mpconvert.system.errors import MpconvertError

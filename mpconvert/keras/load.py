@@ -27,7 +27,7 @@ from typing import Any
 
 from mpconvert.data.formats import ModelFormat, detect_format
 from mpconvert.keras.frameworks import KERAS3, TF_KERAS, Framework, framework_of
-from mpconvert.options.convert import LoadOptions
+from mpconvert.options.load import LoadOptions
 from mpconvert.report.sections import Source
 from mpconvert.system.errors import MpconvertError, first_line
 from mpconvert.system.usercode import import_module

@@ -42,8 +42,8 @@ from mpconvert.keras.fidelity import prove_faithful
 from mpconvert.keras.frameworks import Framework
 from mpconvert.keras.state import copy_model_state
 from mpconvert.keras.trace import Sublayer, sublayers
-from mpconvert.options.convert import RewriteOptions
 from mpconvert.options.precision import SIXTEEN_BIT
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.report.sections import Fidelity, Layer
 from mpconvert.system.errors import MpconvertError
 

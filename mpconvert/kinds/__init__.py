@@ -10,7 +10,7 @@ from __future__ import annotations
 from mpconvert.data.formats import ModelFormat, detect_format
 from mpconvert.keras.load import load_model
 from mpconvert.kinds.base import Candidate, Capability, ModelKind, Plan
-from mpconvert.options.convert import LoadOptions
+from mpconvert.options.load import LoadOptions
 from mpconvert.system.usercode import import_module
 
 __all__ = ["Candidate", "Capability", "ModelKind", "Plan", "open_model"]

@@ -29,8 +29,11 @@ from mpconvert.data.tasks import Task
 from mpconvert.export.artifacts import OnnxFile, Writer
 from mpconvert.keras.pad import Padding, PadPlan
 from mpconvert.numerics.search import Goal, Search
-from mpconvert.options.convert import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
+from mpconvert.options.export import ExportOptions
+from mpconvert.options.finetune import FinetuneOptions
+from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.report.sections import Fidelity, Finetune, Layer, Lint, Source
 from mpconvert.runners.base import Runner
 from mpconvert.system.hooks import StepCallback

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mpconvert.data.context import Context
-from mpconvert.options.convert import MAX_SEARCH_SHARE
+from mpconvert.options.gate import Thresholds
+from mpconvert.options.rewrite import MAX_SEARCH_SHARE
 from mpconvert.report.gate import validation_checks
 from mpconvert.report.measure import judge
 from mpconvert.report.sections import Ranked, SearchOutcome, SearchReport, Trial, Validation
-from mpconvert.report.thresholds import Thresholds
 
 Verdict = Callable[[Validation], bool]  # a trial's validation -> passes the gate's checks
 

@@ -60,7 +60,7 @@ from mpconvert.onnx.graph_checks import (
 from mpconvert.onnx.graphdef import computing_nodes, drop_xla_markers, graph_dtypes, pack_16bit_constants, take_weights
 from mpconvert.onnx.handlers import ML_DOMAIN, ML_OPSET, register_tf2onnx_handlers
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
-from mpconvert.options.convert import DEFAULT_ONNX_EXTERNAL_DATA, DEFAULT_OPSET, check_opset
+from mpconvert.options.export import DEFAULT_ONNX_EXTERNAL_DATA, DEFAULT_OPSET, check_opset
 from mpconvert.system.errors import MpconvertError
 from mpconvert.system.writing import replace_atomically
 

@@ -1,14 +1,25 @@
-"""The gate's thresholds as given (`GateOptions`), and the defaults a conversion judges by when none is."""
+"""The gate's thresholds: as given (`GateOptions`), their defaults, and as judged by (`Thresholds`).
+
+One concept in two states. `GateOptions` holds what a user gave, None (or
+no entry) for "keep the base value"; `Thresholds` holds every value the
+checks compare against, resolved once (`Thresholds.defaults(policy)` for a
+conversion, a report's stored ones for `mpconvert check`, then
+`overridden(options)`), and is what report.json stores as gate.thresholds.
+They differ in shape where a given value is a change to the base: a
+tolerance for one artifact kind, a drop for one output, a baseline by path
+(resolved: its numbers).
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from mpconvert.options.artifact_kinds import ARTIFACT_KINDS
-from mpconvert.options.keywords import check_ranges, keyword
+from mpconvert.options.keywords import Keyword, check_ranges, keyword, table
+from mpconvert.options.precision import Precision
 from mpconvert.system.errors import MpconvertError
 
 # One percentage point of accuracy: small enough to catch a real regression,
@@ -101,6 +112,7 @@ class GateOptions:
     baseline: Path | None = keyword(
         None,
         kind="path",
+        file=True,
         gate=True,
         default_text="none",
         help="An earlier run's report.json: fail when the converted metric is worse than its by more than "
@@ -160,3 +172,105 @@ def check_tolerance(name: str, kind: str | None, value: Any) -> None:
         raise MpconvertError(
             f"{name}={value!r} is invalid: it must be a finite number >= 0", hint=f"pass a {name} >= 0"
         )
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The numbers of an earlier run that this one must not fall behind (`GateOptions.baseline`, read back)."""
+
+    path: str
+    metric: str
+    converted: float
+    policy: str
+    model: str
+    # Several outputs: {output name: {"metric", "converted"}} of each measured output.
+    outputs: dict | None = None
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Everything the checks compare against; stored as report.json's gate.thresholds.
+
+    A field for each of GateOptions' (by the same name), resolved, plus
+    max_drop_by_output (GateOptions.max_drop's per-output entries).
+    """
+
+    max_drop: float
+    min_agreement: float
+    atol: dict[str, float]  # by artifact kind
+    rtol: dict[str, float]
+    max_regression: float
+    baseline: Baseline | None = None
+    # Smallest accepted float32 time / converted time; None (the default,
+    # and every report from before it existed) judges no speed.
+    min_speedup: float | None = None
+    # A model with several outputs: a budget for one output, over max_drop.
+    max_drop_by_output: dict[str, float] = field(default_factory=dict)
+    max_overlap: float = DEFAULT_MAX_OVERLAP
+
+    def drop_for(self, output: str | None) -> float:
+        return self.max_drop_by_output.get(output, self.max_drop) if output else self.max_drop
+
+    @classmethod
+    def defaults(cls, policy: str | Precision, max_drop: float = DEFAULT_MAX_DROP) -> Thresholds:
+        return cls(
+            max_drop=max_drop,
+            min_agreement=DEFAULT_MIN_AGREEMENT,
+            atol=dict.fromkeys(ARTIFACT_KINDS, DEFAULT_ATOL),
+            rtol=dict(Precision.of(policy).parity_rtol),
+            max_regression=DEFAULT_MAX_REGRESSION,
+        )
+
+    @classmethod
+    def from_dict(cls, stored: dict) -> Thresholds:
+        baseline = stored.get("baseline")
+        return cls(**{**stored, "baseline": Baseline(**baseline) if baseline else None})
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def overridden(self, options: GateOptions, baseline: Baseline | None = None) -> Thresholds:
+        """These thresholds with the ones given in `options`.
+
+        `baseline` is `options.baseline` read back (report.read.load_baseline,
+        which checks it measured what this run measures); None keeps this
+        one's. A one-number threshold (a "float" keyword) given replaces
+        this one's, so a new one needs no line here.
+        """
+        numbers = {
+            f.name: getattr(options, f.name)
+            for f in fields(options)
+            if f.metadata["keyword"].kind == "float" and getattr(options, f.name) is not None
+        }
+        max_drop, by_output = self.max_drop, dict(self.max_drop_by_output)
+        for output, value in options.max_drop:  # later entries win; a plain value sets every output
+            if output is None:
+                max_drop, by_output = value, {}
+            else:
+                by_output[output] = value
+        return replace(
+            self,
+            atol=_per_kind(self.atol, options.atol),
+            rtol=_per_kind(self.rtol, options.rtol),
+            baseline=baseline or self.baseline,
+            max_drop=max_drop,
+            max_drop_by_output=by_output,
+            **numbers,
+        )
+
+    def tolerance(self, kind: str, max_abs_ref: float) -> float | None:
+        """The largest accepted max |diff| for an artifact; None for an unknown kind."""
+        if kind not in self.atol or kind not in self.rtol:
+            return None
+        return self.atol[kind] + self.rtol[kind] * max_abs_ref
+
+
+def _per_kind(base: dict[str, float], given: tuple[tuple[str | None, float], ...]) -> dict[str, float]:
+    found = dict(base)
+    for kind, value in given:
+        found.update({kind: value} if kind else dict.fromkeys(found, value))
+    return found
+
+
+# What `mpconvert check` and `api.gate_options` take.
+GATE_KEYWORDS: dict[str, Keyword] = table(GateOptions)

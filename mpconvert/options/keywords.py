@@ -8,14 +8,17 @@ as those keywords, for a batch worker's spec), `cli.flags` turns each
 Keyword into a click option, the batch manifest derives its TOML types
 from `toml_types`, and docs/options.md is generated from the same table (a
 test keeps it in step). The ranges are checked here once, for every door, in the options'
-__post_init__ (`check_ranges`).
+__post_init__ (`check_ranges`). A field also says whether it can change a
+result (`keyed`): a batch result's cache key walks every field but those
+(`key_fields`), so an option added to an options class is in the key from
+the start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,9 @@ class Keyword:
     flag_value: str | None = None
     # A gate threshold: `mpconvert check` takes it too, and there an absent one keeps the report's value.
     gate: bool = False
+    # The value may name a file or folder: a batch manifest gives it relative to itself, and a batch
+    # result's key holds it by content (data may also be "module:function", which stays as written).
+    file: bool = False
     # Filled in by `table`: where the value goes (options class, field name), and its default.
     default: Any = None
     target: tuple[type, str] | None = None
@@ -126,9 +132,44 @@ class Keyword:
         }[self.kind]
 
 
-def keyword(default: Any = None, **declared: Any) -> Any:
-    """An options field that is also an API keyword, a manifest key and (mostly) a CLI flag."""
-    return dataclasses.field(default=default, metadata={"keyword": Keyword(**declared)})
+def keyword(default: Any = None, *, keyed: bool = True, **declared: Any) -> Any:
+    """An options field that is also an API keyword, a manifest key and (mostly) a CLI flag.
+
+    keyed=False: the field cannot change a result, so a batch result's key leaves it out.
+    """
+    return dataclasses.field(default=default, metadata={"keyword": Keyword(**declared), "keyed": keyed})
+
+
+def unkeyed(**field: Any) -> Any:
+    """A field without a keyword that cannot change a result (as `keyword`'s keyed=False)."""
+    return dataclasses.field(metadata={"keyed": False}, **field)
+
+
+def is_keyed(field: dataclasses.Field) -> bool:
+    """Whether the field can change a result, so a batch result's key holds it: every field unless declared not."""
+    return field.metadata.get("keyed", True)
+
+
+def key_fields(options: Any, content: Callable[[Path], str]) -> dict[str, Any]:
+    """Every keyed field of `options`, by field name, nested options as nested tables, in JSON types.
+
+    A field that names a file (`Keyword.file`) holds the file's `content`
+    digest instead of its path, when it is one, so the same file under
+    another folder gives the same table; any other path is its text.
+    """
+    found: dict[str, Any] = {}
+    for field in dataclasses.fields(options):
+        if not is_keyed(field):
+            continue
+        value = getattr(options, field.name)
+        declared = field.metadata.get("keyword")
+        if dataclasses.is_dataclass(value):
+            found[field.name] = key_fields(value, content)
+        elif declared is not None and declared.file and isinstance(value, (str, Path)) and Path(value).exists():
+            found[field.name] = {"sha256": content(Path(value))}
+        else:
+            found[field.name] = str(value) if isinstance(value, Path) else value
+    return found
 
 
 def per_kind(value: Any) -> tuple[tuple[str | None, Any], ...]:

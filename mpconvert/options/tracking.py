@@ -1,8 +1,8 @@
 """MLflow tracking of a conversion: where its run goes, and under which registered model (`TrackingOptions`).
 
-Its own module beside options.py: tracking is about where a result is
-recorded, not how it is computed, so it is no part of a batch result's key
-(batch/key.py walks only the conversion's and the export's options).
+Its own module: tracking is about where a result is recorded, not how it
+is computed, so it is no part of a batch result's key (ConvertOptions.cache_key
+walks only the conversion's and the export's options).
 """
 
 from __future__ import annotations

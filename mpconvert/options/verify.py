@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mpconvert.options.artifact_kinds import EXPORT_KINDS
-from mpconvert.options.convert import check_export_kinds
+from mpconvert.options.export import check_export_kinds
 from mpconvert.options.keywords import Keyword, check_ranges, keyword, table
 
 # --provider of `verify`: ONNX Runtime's execution providers by the word a user types.

@@ -21,7 +21,7 @@ from pathlib import Path
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
 from mpconvert.data.formats import units_of
-from mpconvert.options.convert import Metric
+from mpconvert.options.validate import Metric
 from mpconvert.render import describe_source, parity_limits, speed_line
 from mpconvert.render.common import format_bytes, format_number, layer_counts_of, token_line
 from mpconvert.render.figures import check_figures

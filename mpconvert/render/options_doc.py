@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from mpconvert.options.convert import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
+from mpconvert.options.convert import CONVERSION_KEYWORDS
+from mpconvert.options.export import EXPORT_KEYWORDS
+from mpconvert.options.gate import GATE_KEYWORDS
 from mpconvert.options.keywords import Keyword
 from mpconvert.options.tracking import TRACKING_KEYWORDS
 
@@ -22,7 +24,7 @@ batch manifest spell it: the flag is the keyword with dashes
 the value stored in the report. `mpconvert inspect` takes the loading,
 keep, lint and padding options.
 
-This file is generated from the declarations in `mpconvert/options.py`
+This file is generated from the declarations in `mpconvert/options/`
 (`make docs`); a test keeps it in step with them and with `--help`.
 """
 

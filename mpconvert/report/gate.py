@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from mpconvert.data.formats import INPUT_LAYER, units_of
 from mpconvert.data.rows import Overlap
 from mpconvert.options.artifact_kinds import ArtifactKind
+from mpconvert.options.gate import Baseline, Thresholds
 from mpconvert.report.checks import (
     ACCURACY,
     AGREEMENT,
@@ -47,7 +48,6 @@ from mpconvert.report.sections import (
 )
 from mpconvert.report.sections.stages import NOT_TRIED, NOTHING_TO_PAD
 from mpconvert.report.sections.validation import Measured, worse_by
-from mpconvert.report.thresholds import Baseline, Thresholds
 
 # rtol by policy and artifact kind, in units of the 16-bit format's rounding
 # error u (float16 2**-11 = 4.9e-4, bfloat16 2**-8 = 3.9e-3):

@@ -21,11 +21,11 @@ import numpy as np
 from mpconvert.data import tokens
 from mpconvert.data.rows import DataSource, Overlap, Split
 from mpconvert.data.tasks import Task, TaskKind, sequence_shapes
-from mpconvert.options.convert import Metric
+from mpconvert.options.gate import Thresholds
+from mpconvert.options.validate import Metric
 from mpconvert.report.read import load_baseline
 from mpconvert.report.sections import OutputValidation, TokenScores, Validation
 from mpconvert.report.sections.validation import primary_index
-from mpconvert.report.thresholds import Thresholds
 from mpconvert.system.errors import MpconvertError
 
 if TYPE_CHECKING:

@@ -4,10 +4,10 @@ it was run at. The gate judges it at conversion, `verify` again where the file w
 
 from __future__ import annotations
 
+from mpconvert.options.gate import Thresholds
 from mpconvert.report.checks import PARITY, Check
 from mpconvert.report.measure import within
 from mpconvert.report.sections import Artifact, ArtifactOutput
-from mpconvert.report.thresholds import Thresholds
 
 
 def check_parity(

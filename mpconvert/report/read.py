@@ -12,11 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mpconvert.options.gate import DEFAULT_MAX_DROP
+from mpconvert.options.gate import DEFAULT_MAX_DROP, Baseline, Thresholds
 from mpconvert.options.precision import POLICIES
 from mpconvert.report.schema import check_version
 from mpconvert.report.sections import Validation
-from mpconvert.report.thresholds import Baseline, Thresholds
 from mpconvert.system.errors import MpconvertError
 
 # What makes a JSON file an mpconvert report: the keys the gate reads.

@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mpconvert.options.gate import Thresholds
 from mpconvert.report.consistency import Consistency, consistency
 from mpconvert.report.gate import GateResult, evaluate
 from mpconvert.report.read import stored_thresholds
@@ -43,7 +44,6 @@ from mpconvert.report.sections import (
     native,
     versions,
 )
-from mpconvert.report.thresholds import Thresholds
 from mpconvert.system.writing import write_text
 
 __all__ = [

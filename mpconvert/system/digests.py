@@ -41,3 +41,22 @@ def digest(path: Path) -> Digest:
     for p in files:
         h.update(f"{p.relative_to(path).as_posix()}\t{file_sha256(p)}\n".encode())
     return Digest(h.hexdigest(), sum(p.stat().st_size for p in files), len(files))
+
+
+def content_sha256(path: Path) -> str:
+    """One sha256 over a file's bytes, or over a folder's files in order, each its relative path, a NUL, its bytes.
+
+    A batch result's key holds its files so. Not `digest`'s folder form: a
+    batch root keeps the keys it was made with, and `--resume` reuses a
+    result only when the key computed again is the same, so this stream
+    stays as it is.
+    """
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        if file != path:
+            h.update(str(file.relative_to(path)).encode() + b"\0")
+        with file.open("rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                h.update(chunk)
+    return h.hexdigest()

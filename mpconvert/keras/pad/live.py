@@ -9,7 +9,7 @@ from mpconvert.keras.frameworks import Framework
 from mpconvert.keras.pad.layer_graph import LayerGraph, Shape, Shapes
 from mpconvert.keras.pad.plan import PadPlan, plan_padding
 from mpconvert.keras.trace import nodes
-from mpconvert.options.convert import PadOptions
+from mpconvert.options.pad import PadOptions
 
 
 def as_functional(model: Any, framework: Framework) -> Any:

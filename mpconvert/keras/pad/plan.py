@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from mpconvert.keras.configs import CHANNEL_NORMALIZATION_LAYERS, SOFTMAX_ACTIVATIONS
 from mpconvert.keras.pad.flops import GATES, flops
 from mpconvert.keras.pad.layer_graph import Layer, LayerGraph, Spaces, known
-from mpconvert.options.convert import PadOptions
+from mpconvert.options.pad import PadOptions
 
 # Layers that act on each channel separately and have no weights: padded
 # channels pass straight through them.

@@ -14,7 +14,7 @@ from mpconvert.keras.frameworks import Framework
 from mpconvert.keras.pad.apply import apply_padding
 from mpconvert.keras.pad.live import as_functional, plan_model_padding
 from mpconvert.keras.state import rebuild
-from mpconvert.options.convert import PadOptions
+from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import SIXTEEN_BIT, Precision
 from mpconvert.report.measure import max_abs_diff
 from mpconvert.report.sections import PaddingReport

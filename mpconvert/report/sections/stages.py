@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from mpconvert.options.convert import AutoKeepMode, Metric
+from mpconvert.options.rewrite import AutoKeepMode
+from mpconvert.options.validate import Metric
 from mpconvert.report.sections.base import Section, known, member, native
 
 

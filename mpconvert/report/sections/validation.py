@@ -17,7 +17,7 @@ from typing import Any
 
 from mpconvert.data.rows import DataSource, Overlap
 from mpconvert.data.tokens import perplexity
-from mpconvert.options.convert import Metric
+from mpconvert.options.validate import Metric
 from mpconvert.report.sections.base import Section, known, member
 
 

@@ -1,7 +1,8 @@
 """A batch run's own options (`BatchOptions`), apart from each model's conversion options.
 
-Here, not in runner.py, so that the command line can derive `batch`'s flags
-from the declarations without importing the runner and what it imports.
+With the other options, not in batch/runner.py, so that the command line
+derives `batch`'s flags from the declarations without importing the runner
+and what it imports.
 """
 
 from __future__ import annotations
