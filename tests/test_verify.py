@@ -5,7 +5,8 @@ classifier, a model with dict inputs and outputs, a plain SavedModel with
 two inputs and two outputs, converted at graph level) and a batch root;
 faults are made on disk the way a copy or a person makes them: a flipped
 byte, a changed variable, a missing file, golden outputs that no longer
-match what the artifact computes.
+match what the artifact computes, a model.onnx swapped for one that aborts
+ONNX Runtime with its hash forged in report.json.
 """
 
 import hashlib
@@ -18,6 +19,7 @@ import graph_models
 import keras
 import numpy as np
 import pytest
+import runtime_faults
 import tiny_models
 from conftest import SAMPLES, invoke
 
@@ -81,11 +83,16 @@ def test_an_untouched_folder_passes_with_percentiles_memory_and_versions(folder)
         assert latency["calls"] == len(calls) >= 5
         assert latency["p50_ms"] <= latency["p90_ms"] <= latency["p99_ms"] <= max(calls) + 1e-3
         assert latency["rows_per_s"] == pytest.approx(64 * len(calls) / (sum(calls) / 1000), rel=1e-3)
-        assert artifact["memory"]["rss_growth_bytes"] >= 0
+        assert latency["p50_ms"] > 0
+        # Loading a model and opening its session grows a process by megabytes, never by nothing.
+        assert artifact["memory"]["rss_growth_bytes"] > 0
         # The drift here is the conversion's own: the same rows, the same converted outputs.
         for output in artifact["drift"].values():
             assert output["here"] == pytest.approx(output["converted"], abs=limit)
     assert ran["onnx"]["runtime"].startswith("onnxruntime:")
+    # The ONNX file ran, was timed and measured in its own child process; the SavedModel in verify's.
+    assert "of the child process that ran it" in ran["onnx"]["memory"]["method"]
+    assert "of this process" in ran["savedmodel"]["memory"]["method"]
     assert found["versions"] == {}  # verified where it was converted
     assert found["machine"]["here"]["cpu"] == found["machine"]["converted"]["cpu"]
     assert checks(found)["conversion gate"]["passed"]
@@ -271,3 +278,37 @@ def test_a_broken_kernel_the_conversion_found_is_named_where_onednn_is_on(tmp_pa
     assert "oneDNN rewrites on" in found["notes"][0] and "serve with TF_ENABLE_ONEDNN_OPTS=0" in found["notes"][0]
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     assert verified(out, "--artifacts", "onnx")[1]["notes"] == []
+
+
+def forged_onnx(folder: Path, tmp_path: Path) -> Path:
+    """A copy whose model.onnx aborts ONNX Runtime on any request, its sha256 and size rewritten in
+    report.json so that the hash check passes: what verify must survive on a serving machine."""
+    copy = copy_of(folder, tmp_path)
+    report = json.loads((copy / "report.json").read_text())
+    artifact = next(a for a in report["artifacts"] if a["kind"] == "onnx")
+    (name,) = artifact["details"]["input_names"]
+    (features,) = report["source"]["inputs"][0]["shape"][1:]
+    runtime_faults.aborting_file(copy / "model.onnx", name, features)
+    artifact["sha256"], artifact["bytes"] = sha256(copy / "model.onnx"), (copy / "model.onnx").stat().st_size
+    (copy / "report.json").write_text(json.dumps(report))
+    return copy
+
+
+def test_a_forged_onnx_file_that_aborts_the_runtime_is_a_failed_check_not_the_end_of_verify(folder, tmp_path):
+    """In verify's own process this file killed it with SIGABRT (exit 134, no verify.json)."""
+    copy = forged_onnx(folder, tmp_path)
+    result = invoke("verify", copy, "--artifacts", "onnx")
+    assert result.exit_code == 3, result.output
+    rows = json.loads((copy / "report.json").read_text())["golden"]["rows"]  # the golden rows' first run
+    crash = f'ONNX Runtime aborted the process (SIGABRT) on {rows} rows: "terminate called without an active exception"'
+    lines = [line for line in result.output.splitlines() if "SIGABRT" in line]
+    assert lines == [f"  FAIL runs: onnx: cannot run here: {crash}"], result.output
+    found = json.loads((copy / "verify.json").read_text())
+    assert problems(found, "verify") == [] and found["exit_code"] == 3
+    assert checks(found)["hash: model.onnx"]["passed"]  # the forged hash holds: only running it tells
+    (onnx,) = found["artifacts"]
+    assert onnx["error"] == crash and onnx["latency"] is None and onnx["memory"] is None
+    # The other artifacts are still verified, and pass.
+    every = mpconvert.verify(copy, write=False)
+    assert [c["name"] for c in every["checks"] if not c["passed"]] == ["runs: onnx"]
+    assert next(a for a in every["artifacts"] if a["kind"] == "savedmodel")["latency"]["p50_ms"] > 0

@@ -12,7 +12,9 @@ copy between buckets. Verify trusts nothing it cannot check there:
    parity against the converted model's recorded outputs (the gate's own
    tolerance for that artifact kind) and the drift from float32's;
 3. each one timed at a serving batch (p50/p90/p99, rows per second) and
-   its peak resident memory growth measured while it loaded and ran;
+   its peak resident memory growth measured while it loaded and ran (an
+   ONNX file in a child process, `runners.isolated`: one that aborts ONNX
+   Runtime fails its own check, named, and verify goes on);
 4. every library version that differs from the conversion's, and both
    machines.
 
@@ -22,6 +24,7 @@ gate (judged again on the report's raw figures) is not fit to deploy.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -46,15 +49,16 @@ from mpconvert.report.sections import Source
 from mpconvert.report.sections.run import versions
 from mpconvert.report.sections.speed import Latency
 from mpconvert.runners.base import Runner
+from mpconvert.runners.isolated import Crashed, Isolated
 from mpconvert.runners.litert import LiteRTRunner
+from mpconvert.runners.measured import Measured, MeasuredRunner
 from mpconvert.runners.onnx import ORT_CPU, ORT_CUDA, ORT_TENSORRT, OnnxRunner, missing_kernel, usable_providers
 from mpconvert.runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
 from mpconvert.speed.kernel_probe import ONEDNN_ENV, onednn_on
 from mpconvert.speed.measure import serving_rows
-from mpconvert.speed.timing import timed_ms
+from mpconvert.speed.timing import timed_calls
 from mpconvert.system.digests import Digest, digest
 from mpconvert.system.errors import MpconvertError, first_line
-from mpconvert.system.memory import peak_resident, reset_peak, resident
 from mpconvert.system.urls import local_path
 from mpconvert.system.writing import write_text
 
@@ -313,9 +317,14 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         elif rows is None:
             runs.append(ArtifactRun(kind, artifact["path"], skipped=f"golden rows unusable: {golden_file.message}"))
         else:
-            importlib.import_module(runtime)
             runner = opener(folder / artifact["path"], artifact.get("details") or {}, signature, provider)
-            runs.append(_run_artifact(artifact, runner, rows, signature, thresholds, batch))
+            if kind in ISOLATED:  # what times it is imported before the first run too: not in the figure
+                measured: MeasuredRunner = Isolated(runner, preload=(runtime, timed_calls.__module__))
+            else:
+                importlib.import_module(runtime)
+                measured = Measured(runner)
+            with measured:
+                runs.append(_run_artifact(artifact, measured, rows, signature, thresholds, batch))
     again = Report.read_back(stored).gate
     return Verification(
         folder=str(folder),
@@ -384,27 +393,32 @@ RUNNERS: dict[str, tuple[Callable[[Path, Mapping[str, Any], Signature, Provider]
     ArtifactKind.ONNX: (_onnx, "onnxruntime"),
     ArtifactKind.LITERT: (_litert, "tensorflow"),
 }
+# The kinds run in a child process: an ONNX file here may be foreign or damaged, and ONNX Runtime can abort
+# its process on a file (std::terminate in its LSTM kernel) with no exception to catch.
+ISOLATED = frozenset({ArtifactKind.ONNX})
 
 
 def _run_artifact(
-    recorded: Mapping[str, Any], runner: Runner, rows: Any, signature: Signature, thresholds: Any, batch: int
+    recorded: Mapping[str, Any], runner: MeasuredRunner, rows: Any, signature: Signature, thresholds: Any, batch: int
 ) -> ArtifactRun:
     """Run one intact artifact on the golden rows: parity, drift, latency and memory, or why it cannot run here."""
     kind, relative = recorded["kind"], recorded["path"]
-    before = resident()
-    reset = reset_peak()
     try:
         result = runner.run(rows.inputs)
         latency, note = _timed(runner, rows.inputs, batch)
+        growth = runner.memory()
+    except Crashed as exc:  # the runtime took its child down (or hung): the message names it, the signal, the rows
+        return ArtifactRun(kind, relative, error=exc.message)
     except Exception as exc:  # whatever this machine's runtime raises is the finding, not a crash of verify
         return ArtifactRun(kind, relative, error=f"{type(exc).__name__}: {first_line(exc, 300)}")
-    peak = peak_resident()
     memory = None
-    if before is not None and peak is not None:
+    if growth is not None:
+        where = "the child process that ran it" if isinstance(runner, Isolated) else "this process"
         memory = {
-            "rss_growth_bytes": max(0, peak - before),
-            "method": "peak resident memory (VmHWM) while it loaded, ran and was timed, less the resident memory "
-            "before" + ("" if reset else " (the peak could not be reset: it may be an earlier one's)"),
+            "rss_growth_bytes": growth.bytes,
+            "method": f"peak resident memory (VmHWM) of {where} while it loaded, ran and was timed, less its "
+            "resident memory (VmRSS) just before the first run, with the runtime imported and the golden rows "
+            "read" + ("" if growth.reset else " (the peak could not be reset: it may be from before)"),
         }
     judged = parity(
         ArtifactKind(kind),
@@ -438,10 +452,12 @@ def _run_artifact(
     )
 
 
-def _timed(runner: Runner, inputs: Sequence[np.ndarray], batch: int) -> tuple[Latency | None, str | None]:
+def _timed(runner: MeasuredRunner, inputs: Sequence[np.ndarray], batch: int) -> tuple[Latency | None, str | None]:
+    """The serving batch timed where the artifact runs (in its child for an ONNX file: no pipe in the figures)."""
     feeds = serving_rows([np.asarray(x) for x in inputs], batch)
+    timing = functools.partial(timed_calls, repeats=CALLS, budget_s=BUDGET_S, warmup=WARMUP, min_rounds=MIN_CALLS)
     try:
-        call = runner.timer(feeds)
+        calls = runner.timed(feeds, timing, calls=WARMUP + MIN_CALLS)
     except Exception as exc:
         if not missing_kernel(exc):
             raise
@@ -449,8 +465,7 @@ def _timed(runner: Runner, inputs: Sequence[np.ndarray], batch: int) -> tuple[La
             f"does not run as written on {runner.runtime} ({first_line(exc, 200)}); not timed on an emulated "
             "copy, which would time float32 arithmetic"
         )
-    calls = timed_ms({"artifact": call}, repeats=CALLS, budget_s=BUDGET_S, warmup=WARMUP, min_rounds=MIN_CALLS)
-    return Latency.of(calls["artifact"], batch), None
+    return Latency.of(calls, batch), None
 
 
 def _differing_versions(converted: Mapping[str, str | None]) -> dict[str, dict[str, str | None]]:

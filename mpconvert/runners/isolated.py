@@ -4,24 +4,35 @@ ONNX Runtime 1.31 calls std::terminate on the ONNX file of an unmasked
 Bidirectional(LSTM) fed 0 rows (its LSTM op), and OpenVINO 2026.4 dies of
 SIGFPE on the same file: no exception reaches Python, and a check run
 in-process took mpconvert down with it (exit 134, no report, the staging
-folder and its lock left behind). The checks of a written file (its first
-run, and the batch sizes a server sends) run through `Isolated` instead, as
-the slow-kernel probe runs in a child (speed/kernel_probe.py): one child per
+folder and its lock left behind). Every run of a written or received ONNX
+file (a conversion's checks of what it wrote, `verify`'s of a folder that
+may be foreign or damaged) goes through `Isolated` instead, as the
+slow-kernel probe runs in a child (speed/kernel_probe.py): one child per
 artifact (`python -m mpconvert.runners.isolated`), kept for all its runs.
 A child that dies is named as the run's failure (`Crashed`: which signal, on
-how many rows), and the next run starts a new one. What the runner raises
-comes back as raised, so callers see the same errors as in-process.
+how many rows), and the next run starts a new one. A child that does not
+answer within its deadline (`DEADLINE_S` per call it makes) is stopped and
+named too (`Hung`). What the runner raises comes back as raised, so callers
+see the same errors as in-process.
+
+The child wraps its runner in a `Measured` (measured.py): `timed` times the
+prepared call there (the pipe is not in the figures) and `memory` is the
+child's own resident memory growth from just before its first run, the
+modules named in `preload` (the runtime) imported before that. `timer`
+prepares the call in the child and each call of what it returns is one
+request, the pipe included: time with `timed` where the figure matters.
 
 The wrapped runner is pickled to the child: a plain frozen dataclass naming
 its file (OnnxRunner, with its providers chosen here, so that the child
-probes none). Its `timer` runs here: timing needs the session in this process,
-and the file has been run at those sizes by then.
+probes none).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -33,8 +44,14 @@ from typing import IO, Any
 import numpy as np
 
 from mpconvert.runners.base import Runner, RunResult
+from mpconvert.runners.measured import Growth, Measured, T, Timing
 from mpconvert.system.errors import MpconvertError
 
+# How long one call of the model may take in the child before it counts as a hang and is stopped. The
+# slowest run mpconvert makes is the last resort, onnx.reference, on a check's large batch: MobileNetV2
+# (224x224) took 2.4 s for 4 rows there on 2 cores, about 4.5 min for its 437-row batch. 30 min is
+# several times that, and still ends a CI job that would otherwise wait for its own timeout.
+DEADLINE_S = 1800.0
 _WHAT = {"onnxruntime": "ONNX Runtime", "litert": "the LiteRT interpreter", "tensorflow": "TensorFlow"}
 _VERBS = {
     signal.SIGABRT: "aborted the process",
@@ -49,6 +66,10 @@ class Crashed(MpconvertError):
     """The runtime took its (child) process down on a run: the finding, in one line."""
 
 
+class Hung(Crashed):
+    """The runtime did not answer within the deadline: its child was stopped, and that is the finding."""
+
+
 def runtime_words(runtime: str) -> str:
     """A runner's runtime ("onnxruntime:CPUExecutionProvider") as a sentence names it ("ONNX Runtime")."""
     return next((words for key, words in _WHAT.items() if runtime.startswith(key)), runtime)
@@ -56,9 +77,15 @@ def runtime_words(runtime: str) -> str:
 
 @dataclass
 class Isolated:
-    """`runner`'s runs in a child process; use it as a context manager (the child ends with it)."""
+    """`runner`'s runs in a child process; use it as a context manager (the child ends with it).
+
+    `preload`: modules the child imports before its first run (the runtime, what times it), so that
+    `memory` is the file's own; `deadline_s`: how long one call may take before the child is stopped.
+    """
 
     runner: Runner
+    preload: tuple[str, ...] = ()
+    deadline_s: float = DEADLINE_S
     _child: subprocess.Popen | None = field(default=None, repr=False)
     _stderr: IO[bytes] | None = field(default=None, repr=False)
 
@@ -67,25 +94,22 @@ class Isolated:
         return self.runner.runtime
 
     def run(self, inputs: Sequence[np.ndarray]) -> RunResult:
-        rows = len(inputs[0]) if len(inputs) else 0
-        try:
-            child = self._start()
-            assert child.stdin is not None and child.stdout is not None
-            pickle.dump([np.asarray(x) for x in inputs], child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            child.stdin.flush()
-            answer = pickle.load(child.stdout)
-        except (BrokenPipeError, EOFError, pickle.UnpicklingError, OSError):
-            raise self._crashed(rows) from None
-        if answer[0] == "ran":
-            return answer[1]
-        if answer[0] == "mpconvert":
-            raise MpconvertError(answer[1], hint=answer[2])
-        if answer[0] == "raised":
-            raise answer[1]
-        raise RuntimeError(answer[1])  # an exception that could not cross the pipe, as "Type: message"
+        return self._ask(("run", _arrays(inputs)), _rows(inputs))
+
+    def timed(self, inputs: Sequence[np.ndarray], timing: Timing[T], *, calls: int = 1) -> T:
+        """`timing(call)` run in the child on its prepared call; given `calls` times the deadline."""
+        return self._ask(("time", _arrays(inputs), timing), _rows(inputs), calls)
 
     def timer(self, inputs: Sequence[np.ndarray]) -> Callable[[], None]:
-        return self.runner.timer(inputs)
+        rows = _rows(inputs)
+        self._ask(("prepare", _arrays(inputs)), rows)
+        return lambda: self._ask(("call",), rows)
+
+    def memory(self) -> Growth | None:
+        """The child's growth since its first run; None where no child is running (it died, or never ran)."""
+        if self._child is None or self._child.poll() is not None:
+            return None
+        return self._ask(("memory",), 0)
 
     def close(self) -> None:
         child, self._child = self._child, None
@@ -108,6 +132,27 @@ class Isolated:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _ask(self, request: tuple, rows: int, calls: int = 1) -> Any:
+        try:
+            child = self._start()
+            assert child.stdin is not None and child.stdout is not None
+            pickle.dump(request, child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            child.stdin.flush()
+            deadline = self.deadline_s * max(1, calls)
+            # One answer per request and nothing after it: the pipe is empty when it is not ready.
+            if not select.select([child.stdout], [], [], deadline)[0]:
+                raise self._hung(rows, deadline)
+            answer = pickle.load(child.stdout)
+        except (BrokenPipeError, EOFError, pickle.UnpicklingError, OSError):
+            raise self._crashed(rows) from None
+        if answer[0] == "ran":
+            return answer[1]
+        if answer[0] == "mpconvert":
+            raise MpconvertError(answer[1], hint=answer[2])
+        if answer[0] == "raised":
+            raise answer[1]
+        raise RuntimeError(answer[1])  # an exception that could not cross the pipe, as "Type: message"
+
     def _start(self) -> subprocess.Popen:
         if self._child is not None and self._child.poll() is None:
             return self._child
@@ -128,8 +173,22 @@ class Isolated:
                 f"cannot start a child process to run the file in: {exc}", hint="free memory or process slots"
             ) from exc
         assert self._child.stdin is not None
-        pickle.dump(self.runner, self._child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump((self.runner, self.preload), self._child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
         return self._child
+
+    def _hung(self, rows: int, deadline: float) -> Hung:
+        child = self._child
+        assert child is not None
+        child.kill()
+        child.wait()
+        self.close()
+        what = runtime_words(self.runner.runtime)
+        return Hung(
+            f"{what} did not answer within {deadline:g} s on {rows} rows (the deadline of a run; a hang?): "
+            "its child process was stopped",
+            hint=f"a bug of {what}'s on this file, or a machine far slower than the deadline allows: serve "
+            f"another artifact of this model, or try another {what} version on it",
+        )
 
     def _crashed(self, rows: int) -> Crashed:
         child, stderr = self._child, self._stderr
@@ -158,19 +217,43 @@ class Isolated:
         )
 
 
+def _arrays(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(x) for x in inputs]
+
+
+def _rows(inputs: Sequence[np.ndarray]) -> int:
+    return len(inputs[0]) if len(inputs) else 0
+
+
 # --- the child ---------------------------------------------------------------------
 
 
 def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
-    runner = pickle.load(requests)
+    runner, preload = pickle.load(requests)
+    for module in preload:
+        importlib.import_module(module)
+    measured = Measured(runner)
+    prepared: Callable[[], None] | None = None
     while True:
         try:
-            inputs = pickle.load(requests)
+            request = pickle.load(requests)
         except EOFError:
             return
         answer: tuple[Any, ...]
         try:
-            answer = ("ran", runner.run(inputs))
+            if request[0] == "run":
+                answer = ("ran", measured.run(request[1]))
+            elif request[0] == "time":
+                answer = ("ran", measured.timed(request[1], request[2]))
+            elif request[0] == "prepare":
+                prepared = measured.timer(request[1])
+                answer = ("ran", None)
+            elif request[0] == "call":
+                assert prepared is not None, "a call before its prepare"
+                prepared()  # its outputs stay here: a timed call carries none through the pipe
+                answer = ("ran", None)
+            else:
+                answer = ("ran", measured.memory())
         except MpconvertError as exc:
             answer = ("mpconvert", exc.message, exc.hint)
         except Exception as exc:  # the runtime's own error: the parent raises it again
