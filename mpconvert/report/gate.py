@@ -31,8 +31,8 @@ from mpconvert.report.checks import (
     SPEED_PATHS_JUDGED,
     Check,
 )
+from mpconvert.report.compare import within
 from mpconvert.report.consistency import CONSISTENCY, Consistency
-from mpconvert.report.measure import within
 from mpconvert.report.parity import check_parity
 from mpconvert.report.sections import (
     Artifact,

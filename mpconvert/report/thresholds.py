@@ -14,6 +14,7 @@ from mpconvert.options.gate import (
     GateOptions,
 )
 from mpconvert.options.precision import Precision
+from mpconvert.report.compare import Tolerance
 
 
 @dataclass(frozen=True)
@@ -95,11 +96,11 @@ class Thresholds:
             **numbers,
         )
 
-    def tolerance(self, kind: str, max_abs_ref: float) -> float | None:
-        """The largest accepted max |diff| for an artifact; None for an unknown kind."""
+    def tolerance(self, kind: str) -> Tolerance | None:
+        """An artifact kind's parity tolerance (atol + rtol x its largest |output|); None for an unknown kind."""
         if kind not in self.atol or kind not in self.rtol:
             return None
-        return self.atol[kind] + self.rtol[kind] * max_abs_ref
+        return Tolerance(self.atol[kind], self.rtol[kind])
 
 
 def _per_kind(base: dict[str, float], given: tuple[tuple[str | None, float], ...]) -> dict[str, float]:
