@@ -123,7 +123,8 @@ def largest(values: np.ndarray) -> float:
 
 def _difference(expected: np.ndarray, got: np.ndarray, nan_equal: bool) -> float | None:
     a, b = expected.astype(np.float64), got.astype(np.float64)
-    diff = np.abs(a - b)
+    with np.errstate(invalid="ignore"):  # inf - inf is NaN: a difference that is not finite, said as None
+        diff = np.abs(a - b)
     if nan_equal:
         diff = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, diff)
     if not np.isfinite(diff).all():
