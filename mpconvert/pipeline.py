@@ -367,18 +367,19 @@ def golden_rows(source: ModelKind, model: Any, inputs: list[np.ndarray], out: Pa
     return Golden.of(out, GOLDEN_NAME, found.rows)
 
 
-def bench_onnx(
-    source: ModelKind, converted: Artifact, out: Path, inputs: list[np.ndarray], batch: int, opset: int
-) -> PathSpeed:
-    """The written ONNX file against a float32 ONNX export of the original (one more export, removed after)."""
+def bench_onnx(source: ModelKind, converted: Path, inputs: list[np.ndarray], batch: int, opset: int) -> PathSpeed:
+    """The written ONNX file against a float32 ONNX export of the original (one more export, removed after).
+
+    Both are opened as the float32 export records them: the two files of one signature take the same names.
+    """
     onnx = FORMATS[ArtifactKind.ONNX]
-    assert converted.path is not None
     with tempfile.TemporaryDirectory(prefix="mpconvert-bench-onnx-") as tmp:
         baseline = source.onnx(source.original, Path(tmp) / "float32.onnx", opset)
+        recorded = onnx.recorded(baseline)
         return measure_onnx_speed(
-            onnx.open(baseline.export.path, onnx.recorded(baseline), source.signature),
-            onnx.open(out / converted.path, converted.details, source.signature),
-            converted.path,
+            onnx.open(baseline.export.path, recorded, source.signature),
+            onnx.open(converted, recorded, source.signature),
+            converted.name,
             inputs,
             batch=batch,
         )
@@ -448,11 +449,11 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
             artifacts = export(source, converted.model, inputs, staging, options.export)
             golden = golden_rows(source, converted.model, inputs, staging)
         speed = converted.report.speed
-        onnx_file = next((a for a in artifacts if a.kind == ArtifactKind.ONNX and a.path and not a.failed), None)
-        if options.export.bench_onnx and onnx_file is not None:
+        onnx_file = staging / FORMATS[ArtifactKind.ONNX].filename
+        if options.export.bench_onnx and onnx_file.is_file():
             batch = speed.measured.batch if speed else converted.speed_batch
             with clock.stage("bench-onnx"):
-                timing = bench_onnx(source, onnx_file, staging, inputs, batch, options.export.opset)
+                timing = bench_onnx(source, onnx_file, inputs, batch, options.export.opset)
             # Without the speed stage, the ONNX file's timing is the section's only path (and it has no notes).
             speed = speed or SpeedReport(Speed(probe_hardware().device, batch, context.data.validation.rows))
             speed = speed.with_path("onnx", timing)
