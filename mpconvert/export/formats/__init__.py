@@ -7,18 +7,20 @@ all open it this way) and its typed details (report/sections/details.py).
 The export stage writes every format --export asks for, in FORMATS' order,
 each re-opened and re-run against the converted model (`export_all`).
 
-Adding a format (OpenVINO, say): write `export/formats/openvino.py` with a
-`Format` subclass and its one instance, as onnx.py does: `write` makes the
-file, from the kind's SavedModel or ONNX file written into a temporary
-folder where the format converts from one of those (no new method on the
-kinds); `open` returns a runner (a new runtime is one more class in
-runners/); `check` re-runs the written file through `open` and returns
-`parity(...)` with `serving_batches(...)`. Then import its instance here
-and add it to FORMATS below. The core reads report.json without any framework, so the name and
-its record live there: a member of options/artifact_kinds.ArtifactKind,
-its parity rtol per policy (options/precision.py), and its `Details` class
-with its line in report/sections/details.DETAILS (and the name in the
-schema's artifact kinds).
+Adding a format (OpenVINO, say) touches one new module and its
+registration here, plus its name in the core. The module: `export/formats/openvino.py` with a
+`Format` subclass and its one instance, as onnx.py has. Its `write` makes
+the file through the kind's `Writes`, converting from the SavedModel or
+the ONNX file the kind writes into a temporary folder (no new method on
+the kinds: every kind's `Writes.kinds` holds every format but model.keras
+where it has none); `open` returns a runner (a new runtime is one more
+class in runners/); `check` runs the file through `open` and returns
+`parity(...)` with `serving_batches(...)`. Here: its import and its entry
+in FORMATS. In the core, which reads and judges report.json without any
+framework: a member of options/artifact_kinds.ArtifactKind (and of
+EXPORT_KINDS for --export), its parity rtol per policy (options/precision.py),
+its `Details` class with its line in report/sections/details.DETAILS, and
+its name in the schema's artifact kinds.
 """
 
 from __future__ import annotations
