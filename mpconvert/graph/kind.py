@@ -234,7 +234,7 @@ class GraphWrites:
         return self.model.signature_name
 
     def keras(self, path: Path) -> None:
-        raise MpconvertError("a frozen graph has no Keras layers to write model.keras from", hint="export savedmodel")
+        raise NotImplementedError("a frozen graph has no Keras layers to write model.keras from (not in `kinds`)")
 
     def onnx(self, path: Path, options: ExportOptions) -> OnnxFile:
         # A frozen graph holds its weights as constants: one file (--onnx-external-data applies to Keras models).
