@@ -36,12 +36,13 @@ import numpy as np
 
 from mpconvert.data.context import Context
 from mpconvert.data.rows import DataSource, EvalData, evaluation_data
-from mpconvert.export.artifacts import Artifact, write_checked
+from mpconvert.export.formats import FORMATS, export_all
 from mpconvert.export.tracking import SKIPPED_STAGE, Tracker
 from mpconvert.export.tracking import start as start_tracking
 from mpconvert.keras.pad import PadPlan
 from mpconvert.kinds import Capability, ModelKind, Plan, open_model
 from mpconvert.numerics.search import Goal, passes
+from mpconvert.options.artifact_kinds import ArtifactKind
 from mpconvert.options.convert import ConvertOptions
 from mpconvert.options.export import ExportOptions, SaveOptions
 from mpconvert.options.keywords import keywords_of
@@ -53,6 +54,7 @@ from mpconvert.report.measure import judge, judging
 from mpconvert.report.read import report_file
 from mpconvert.report.report import REPORT_NAME, Report, json_safe
 from mpconvert.report.sections import (
+    Artifact,
     AutoKeep,
     DataRecord,
     Golden,
@@ -65,7 +67,6 @@ from mpconvert.report.sections import (
     Timings,
 )
 from mpconvert.report.sections.provenance import recorded_options
-from mpconvert.runners.onnx import OnnxRunner
 from mpconvert.speed import (
     SPEED_BATCH,
     PathSpeed,
@@ -348,8 +349,9 @@ def export(
     """Every requested artifact of `model` under `out`, each re-run on the first validation rows."""
     rows = [x[: options.parity_samples] for x in inputs]
     expected = source.runner(model).run(rows).outputs
-    writers = source.writers(model, rows, expected, out, options)
-    return write_checked(writers, expected, source.output_bytes(model, options.kinds))
+    return export_all(
+        source.writes(model, rows), rows, expected, out, options, source.output_bytes(model, options.kinds)
+    )
 
 
 def golden_rows(source: ModelKind, model: Any, inputs: list[np.ndarray], out: Path) -> Golden:
@@ -361,12 +363,18 @@ def golden_rows(source: ModelKind, model: Any, inputs: list[np.ndarray], out: Pa
 
 
 def bench_onnx(source: ModelKind, converted: Path, inputs: list[np.ndarray], batch: int, opset: int) -> PathSpeed:
-    """The written ONNX file against a float32 ONNX export of the original (one more export, removed after)."""
+    """The written ONNX file against a float32 ONNX export of the original (one more export, removed after).
+
+    Both are opened as the float32 export records them: the two files of one signature take the same names.
+    """
+    onnx = FORMATS[ArtifactKind.ONNX]
     with tempfile.TemporaryDirectory(prefix="mpconvert-bench-onnx-") as tmp:
         baseline = source.onnx(source.original, Path(tmp) / "float32.onnx", opset)
+        recorded = onnx.recorded(baseline)
         return measure_onnx_speed(
-            OnnxRunner(baseline.export.path, baseline.inputs),
-            OnnxRunner(converted, baseline.inputs),
+            onnx.open(baseline.export.path, recorded, source.signature),
+            onnx.open(converted, recorded, source.signature),
+            converted.name,
             inputs,
             batch=batch,
         )
@@ -436,10 +444,11 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
             artifacts = export(source, converted.model, inputs, staging, options.export)
             golden = golden_rows(source, converted.model, inputs, staging)
         speed = converted.report.speed
-        if options.export.bench_onnx and (staging / "model.onnx").is_file():
+        onnx_file = staging / FORMATS[ArtifactKind.ONNX].filename
+        if options.export.bench_onnx and onnx_file.is_file():
             batch = speed.measured.batch if speed else converted.speed_batch
             with clock.stage("bench-onnx"):
-                timing = bench_onnx(source, staging / "model.onnx", inputs, batch, options.export.opset)
+                timing = bench_onnx(source, onnx_file, inputs, batch, options.export.opset)
             # Without the speed stage, the ONNX file's timing is the section's only path (and it has no notes).
             speed = speed or SpeedReport(Speed(probe_hardware().device, batch, context.data.validation.rows))
             speed = speed.with_path("onnx", timing)

@@ -42,6 +42,23 @@ def test_only_the_onnx_runner_opens_onnx_runtime_sessions():
     assert opening == ["runners/onnx.py"]
 
 
+def test_a_written_artifact_is_opened_only_by_its_format_in_the_registry():
+    # The runners of files on disk; export/formats/ opens artifacts with them for the export's check, verify and
+    # --bench-onnx. The doctor runs its own benchmark graphs (no artifacts) through the ONNX runner.
+    opening = re.compile(r"\b(SavedModelRunner|OnnxRunner|LiteRTRunner)\(")
+    found = {
+        name: sorted(set(opening.findall(code_of(text))))
+        for name, text in sources().items()
+        if not name.startswith("runners/") and opening.search(code_of(text))
+    }
+    assert found == {
+        "export/formats/savedmodel.py": ["SavedModelRunner"],
+        "export/formats/onnx.py": ["OnnxRunner"],
+        "export/formats/litert.py": ["LiteRTRunner"],
+        "commands/doctor.py": ["OnnxRunner"],
+    }
+
+
 def test_no_kind_switch_outside_the_kinds():
     # What tells the two kinds apart: the frozen graph's class, the graph format, and its name as a string.
     switch = re.compile(r"\bFrozenGraph\b|\bGraphKind\b|\bKerasKind\b|ModelFormat\.GRAPH|== ['\"]graph['\"]")

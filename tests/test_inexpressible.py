@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import invoke
 
 from mpconvert.data.signature import signature_of
-from mpconvert.export.litert import builtin_tables, write_litert
+from mpconvert.export.formats.litert import builtin_tables, write_litert
 from mpconvert.onnx.graph_checks import refuse_inexpressible
 from mpconvert.onnx.graphdef import computing_nodes
 from mpconvert.runners.litert import LiteRTRunner

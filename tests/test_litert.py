@@ -16,7 +16,7 @@ import pytest
 from conftest import SAMPLES, invoke
 
 from mpconvert.data.signature import Signature, TensorSpec
-from mpconvert.export.litert import write_litert
+from mpconvert.export.formats.litert import write_litert
 from mpconvert.report.schema import problems
 from mpconvert.runners.litert import LiteRTRunner, interpreter_class
 

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mpconvert.options.tolerance import within
 from mpconvert.report.gate import layer_counts
-from mpconvert.report.measure import within
 from mpconvert.report.report import EXIT_FAILED, EXIT_GATE, EXIT_OK
 from mpconvert.report.schema import SCHEMA_VERSION, check_version
 from mpconvert.report.sections import Layer

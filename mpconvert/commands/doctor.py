@@ -24,10 +24,11 @@ only when a stage needs them, so the command line starts without them.
 
 from __future__ import annotations
 
-import functools
 import math
+import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from mpconvert.options.precision import PRECISIONS
 from mpconvert.runners.onnx import ORT_CPU, ORT_TENSORRT
@@ -136,25 +137,27 @@ def bench_onnxruntime(
     "not supported", not timed on an emulated copy.
     """
     import numpy as np
+    import onnx
 
-    from mpconvert.runners.onnx import open_session
+    from mpconvert.runners.onnx import OnnxRunner
 
     result = {}
-    for op in ("matmul", "conv"):
-        runs, failed = {}, {}
-        for dtype in DTYPES:
-            model, shape = _onnx_graph(op, dtype, matmul, conv)
-            feed = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
-            try:
-                session = open_session(model.SerializeToString(), [provider])
-                session.run(None, feed)
-            except Exception as exc:  # ONNX Runtime raises its own classes: NOT_IMPLEMENTED, INVALID_GRAPH, ...
-                if dtype == "float32":
-                    raise  # the baseline must run: anything else is a bug here
-                failed[dtype] = f"not supported: {first_line(exc, 200)}"
-                continue
-            runs[dtype] = functools.partial(session.run, None, feed)
-        result[op] = _result(op, matmul, conv, runs, failed, repeats)
+    with tempfile.TemporaryDirectory(prefix="mpconvert-doctor-") as tmp:
+        for op in ("matmul", "conv"):
+            runs, failed = {}, {}
+            for dtype in DTYPES:
+                model, shape = _onnx_graph(op, dtype, matmul, conv)
+                path = Path(tmp) / f"{op}-{dtype}.onnx"
+                onnx.save(model, path)
+                x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+                try:
+                    # The runner's timer opens the session and runs it once: a missing kernel fails here.
+                    runs[dtype] = OnnxRunner(path, ("x",), providers=(provider,)).timer([x])
+                except Exception as exc:  # ONNX Runtime raises its own classes: NOT_IMPLEMENTED, INVALID_GRAPH, ...
+                    if dtype == "float32":
+                        raise  # the baseline must run: anything else is a bug here
+                    failed[dtype] = f"not supported: {first_line(exc, 200)}"
+            result[op] = _result(op, matmul, conv, runs, failed, repeats)
     return result
 
 

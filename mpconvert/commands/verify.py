@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,24 +36,23 @@ import numpy as np
 
 from mpconvert.data.signature import Signature
 from mpconvert.export.artifacts import parity
+from mpconvert.export.formats import FORMATS
 from mpconvert.options.artifact_kinds import ArtifactKind
 from mpconvert.options.convert import DEFAULT_SPEED_BATCH
 from mpconvert.options.verify import VerifyOptions
+from mpconvert.report.compare import compare
 from mpconvert.report.golden import read_golden
-from mpconvert.report.measure import max_abs_diff
 from mpconvert.report.parity import check_parity
 from mpconvert.report.read import read_report, stored_thresholds
 from mpconvert.report.report import EXIT_GATE, EXIT_OK, REPORT_NAME, Report, mpconvert_version
 from mpconvert.report.schema import SCHEMA_VERSION
 from mpconvert.report.sections import Source
+from mpconvert.report.sections.details import Details
 from mpconvert.report.sections.run import versions
 from mpconvert.report.sections.speed import Latency
-from mpconvert.runners.base import Runner
 from mpconvert.runners.isolated import Crashed, Isolated
-from mpconvert.runners.litert import LiteRTRunner
 from mpconvert.runners.measured import Measured, MeasuredRunner
-from mpconvert.runners.onnx import ORT_CPU, ORT_CUDA, ORT_TENSORRT, OnnxRunner, missing_kernel, usable_providers
-from mpconvert.runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
+from mpconvert.runners.onnx import ORT_CPU, ORT_CUDA, ORT_TENSORRT, missing_kernel, usable_providers
 from mpconvert.speed.kernel_probe import ONEDNN_ENV, onednn_on
 from mpconvert.speed.measure import serving_rows
 from mpconvert.speed.timing import timed_calls
@@ -306,9 +305,9 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         rows = read_golden(folder / golden["path"], [s.name for s in source.inputs], [s.name for s in source.outputs])
     for artifact, checks in zip(recorded, checked_files):
         kind = artifact["kind"]
-        if kind not in RUNNERS:
+        fmt = FORMATS.get(kind)
+        if fmt is None or not fmt.serves:
             continue  # model.keras: hash-checked; serving runs the SavedModel
-        opener, runtime = RUNNERS[kind]
         checked = next((c for c in checks if not c.passed), checks[0])
         if not checked.passed:
             runs.append(
@@ -317,14 +316,16 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         elif rows is None:
             runs.append(ArtifactRun(kind, artifact["path"], skipped=f"golden rows unusable: {golden_file.message}"))
         else:
-            runner = opener(folder / artifact["path"], artifact.get("details") or {}, signature, provider)
-            if kind in ISOLATED:  # what times it is imported before the first run too: not in the figure
-                measured: MeasuredRunner = Isolated(runner, preload=(runtime, timed_calls.__module__))
+            details = fmt.details.from_json(artifact.get("details") or {})
+            runner = fmt.open(folder / artifact["path"], details, signature, provider.providers)
+            if fmt.isolated:  # what times it is imported before the first run too: not in the figure
+                measured: MeasuredRunner = Isolated(runner, preload=(fmt.runtime, timed_calls.__module__))
             else:
-                importlib.import_module(runtime)
+                # The runtime is imported before memory is measured, so that an artifact's figure is its own.
+                importlib.import_module(fmt.runtime)
                 measured = Measured(runner)
             with measured:
-                runs.append(_run_artifact(artifact, measured, rows, signature, thresholds, batch))
+                runs.append(_run_artifact(artifact, details, measured, rows, signature, thresholds, batch))
     again = Report.read_back(stored).gate
     return Verification(
         folder=str(folder),
@@ -371,35 +372,14 @@ def _file_check(folder: Path, relative: str, what: str, recorded: str) -> FileCh
     return FileCheck(relative, what, recorded, None if found is None else found.sha256)
 
 
-def _savedmodel(path: Path, details: Mapping[str, Any], signature: Signature, provider: Provider) -> Runner:
-    return SavedModelRunner(path, signature, details.get("signature") or DEFAULT_SIGNATURE)
-
-
-def _onnx(path: Path, details: Mapping[str, Any], signature: Signature, provider: Provider) -> Runner:
-    # Reports from before the names were recorded: a Keras model's ONNX file is named by its signature.
-    inputs = details.get("input_names") or [s.name for s in signature.inputs]
-    outputs = details.get("output_names") or [s.name for s in signature.outputs]
-    return OnnxRunner(path, tuple(inputs), tuple(outputs), providers=provider.providers)
-
-
-def _litert(path: Path, details: Mapping[str, Any], signature: Signature, provider: Provider) -> Runner:
-    return LiteRTRunner(path, signature)
-
-
-# How each artifact kind is run here, and the runtime it loads (imported before memory is measured, so
-# that an artifact's figure is its own, not the library's); a kind not listed (model.keras) is hash-checked only.
-RUNNERS: dict[str, tuple[Callable[[Path, Mapping[str, Any], Signature, Provider], Runner], str]] = {
-    ArtifactKind.SAVEDMODEL: (_savedmodel, "tensorflow"),
-    ArtifactKind.ONNX: (_onnx, "onnxruntime"),
-    ArtifactKind.LITERT: (_litert, "tensorflow"),
-}
-# The kinds run in a child process: an ONNX file here may be foreign or damaged, and ONNX Runtime can abort
-# its process on a file (std::terminate in its LSTM kernel) with no exception to catch.
-ISOLATED = frozenset({ArtifactKind.ONNX})
-
-
 def _run_artifact(
-    recorded: Mapping[str, Any], runner: MeasuredRunner, rows: Any, signature: Signature, thresholds: Any, batch: int
+    recorded: Mapping[str, Any],
+    details: Details,
+    runner: MeasuredRunner,
+    rows: Any,
+    signature: Signature,
+    thresholds: Any,
+    batch: int,
 ) -> ArtifactRun:
     """Run one intact artifact on the golden rows: parity, drift, latency and memory, or why it cannot run here."""
     kind, relative = recorded["kind"], recorded["path"]
@@ -426,15 +406,15 @@ def _run_artifact(
         list(rows.converted),
         result.outputs,
         result.checked_with,
-        {},
+        details,
         signature,
         written=Digest(recorded["sha256"], recorded.get("bytes", 0), 1),
     )
     check = check_parity(judged, thresholds, keras_nonfinite=False)
     drift = {
         spec.name: {
-            "here": max_abs_diff([f], [np.asarray(g, dtype=np.float32)]),
-            "converted": max_abs_diff([f], [c]),
+            "here": compare([f], [np.asarray(g, dtype=np.float32)]).max_abs_diff,
+            "converted": compare([f], [c]).max_abs_diff,
         }
         for spec, f, c, g in zip(signature.outputs, rows.float32, rows.converted, result.outputs)
         if spec.is_float

@@ -3,7 +3,8 @@
 An artifact is only reported once it has been read back and its outputs
 compared with the converted model's on real inputs: a file that was
 written but does not load is a failure, not a success. Each kind of model
-says what it writes (kinds/); this module checks and records it.
+writes each format its own way (export/formats/); this module checks and
+records what they wrote.
 
 One artifact failing (an MpconvertError: tf2onnx cannot convert an op, the
 graph is invalid) does not throw the others away: it is reported as failed
@@ -16,9 +17,7 @@ from __future__ import annotations
 import gc
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,14 +25,13 @@ from mpconvert.data.signature import Signature
 from mpconvert.onnx.external import data_file_of
 from mpconvert.onnx.graph_checks import TooLarge
 from mpconvert.options.artifact_kinds import ArtifactKind
-from mpconvert.report.measure import max_abs_diff
+from mpconvert.report.compare import compare, largest
 from mpconvert.report.sections import Artifact, ArtifactOutput
 from mpconvert.report.sections.artifacts import DataFile, ServedBatch, overall
-from mpconvert.runners.base import Runner, RunResult
-from mpconvert.runners.isolated import Crashed, Isolated
-from mpconvert.runners.litert import LiteRTRunner
-from mpconvert.runners.onnx import EXTENDED, OnnxRunner, session_providers
-from mpconvert.runners.savedmodel import DEFAULT_SIGNATURE, SavedModelRunner
+from mpconvert.report.sections.details import Details, FailedDetails
+from mpconvert.runners.base import Runner
+from mpconvert.runners.isolated import Crashed
+from mpconvert.runners.onnx import EXTENDED
 from mpconvert.system.digests import Digest, digest
 from mpconvert.system.errors import MpconvertError, NotExportable, WriteError
 from mpconvert.system.writing import writing
@@ -50,23 +48,8 @@ LARGE_BATCH = 4096
 LARGE_BATCH_BYTES = 64 << 20
 
 
-@dataclass(frozen=True)
-class OnnxFile:
-    """A written, checked ONNX file, with its graph inputs' and outputs' names in the signature's order."""
-
-    export: Any  # onnx.export.OnnxExport
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-
-
-# What a kind writes: (artifact kind, path in the staging folder, write it there and re-check it).
+# One artifact to write: (its kind, its path in the staging folder, write it there and re-check it).
 Writer = tuple[ArtifactKind, Path, Callable[[Path], Artifact]]
-
-
-def _max_abs(outputs: list[np.ndarray]) -> float:
-    # Finite values only: NaN outputs already make max_abs_diff None (a
-    # failure), and report.json must stay valid JSON.
-    return max((float(np.abs(o[np.isfinite(o)]).max(initial=0.0)) for o in outputs), default=0.0)
 
 
 def large_batch(rows: Sequence[np.ndarray]) -> int:
@@ -100,7 +83,7 @@ def serving_batches(runner: Runner, rows: Sequence[np.ndarray], expected: Sequen
             served.append(ServedBatch(n, f"returned an output of shape {tuple(wrong)} for {n} rows", None))
             continue
         note = result.runtime if EXTENDED in result.runtime else None
-        served.append(ServedBatch(n, None, max_abs_diff([e[take] for e in expected], got), note))
+        served.append(ServedBatch(n, None, compare([e[take] for e in expected], got).max_abs_diff, note))
     return tuple(served)
 
 
@@ -130,7 +113,7 @@ def parity(
     expected: list,
     got: list,
     runtime: str,
-    details: dict,
+    details: Details,
     signature: Signature,
     written: Digest | None = None,
     batches: tuple[ServedBatch, ...] | None = None,
@@ -141,10 +124,9 @@ def parity(
     `written` is the file's digest where the caller has it already (`verify` checked it), else it is taken;
     `batches` what `serving_batches` found; `data_files` the files beside it that it reads (external data).
     """
-    each = {
-        spec.name: ArtifactOutput(max_abs_diff([e], [g]), _max_abs([e]))
-        for spec, e, g in zip(signature.outputs, expected, got)
-    }
+    # Figures only: the gate judges them against the artifact kind's tolerance (report/parity.py).
+    compared = compare(expected, got).outputs
+    each = {spec.name: ArtifactOutput(o.max_abs_diff, o.max_abs_ref) for spec, o in zip(signature.outputs, compared)}
     # The whole artifact's figures as a re-check derives them from its outputs' (Artifact.derived).
     whole = overall(each.values())
     outputs = each if len(each) > 1 else None
@@ -163,77 +145,6 @@ def parity(
         batches=batches,
         rows=len(expected[0]) if expected else None,
         external_data=data or None,
-    )
-
-
-def savedmodel_parity(
-    path: Path, signature: Signature, rows: list[np.ndarray], expected: list, signature_name: str = DEFAULT_SIGNATURE
-) -> Artifact:
-    """A written SavedModel reloaded and run through its serving signature, with the signature's dtypes."""
-    runner = SavedModelRunner(path, signature, signature_name)
-    run: RunResult = runner.run(rows)
-    # The signature's name, so that `verify` elsewhere calls the one that was checked here.
-    details = {**runner.dtypes(), "signature": signature_name}
-    batches = serving_batches(runner, rows, expected)
-    return parity(
-        ArtifactKind.SAVEDMODEL, path, expected, run.outputs, runner.runtime, details, signature, batches=batches
-    )
-
-
-def onnx_parity(written: OnnxFile, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
-    """The written ONNX file re-run on `rows`, its outputs matched by name, against the converted model's.
-
-    Every run of it here is a first run of a new file on ONNX Runtime, which can abort the process: they
-    happen in a child (`Isolated`), where a crash is this artifact's failure, named.
-    """
-    onnx_runner = OnnxRunner(written.export.path, written.inputs, written.outputs, providers=tuple(session_providers()))
-    with Isolated(onnx_runner) as runner:
-        return _onnx_parity(written, runner, rows, expected, signature)
-
-
-def _onnx_parity(
-    written: OnnxFile, runner: Isolated, rows: list[np.ndarray], expected: list, signature: Signature
-) -> Artifact:
-    run = runner.run(rows)
-    details = {
-        "opset": written.export.opset,
-        "io": written.export.io,
-        "edges": written.export.edges,
-        "initializer_dtypes": written.export.initializer_dtypes,
-        "repairs": list(written.export.repairs),
-        # ONNX Runtime's CPU provider lacks most bfloat16 kernels; these op
-        # types were run in float32 with rounding back to 16 bits after each,
-        # on a copy: the file as written did not run here.
-        "emulated_16bit_ops": list(run.promoted_ops),
-        "ran_as_written": run.native,
-        # The graph's inputs and outputs in the signature's order, for `verify` to feed and read them by.
-        "input_names": list(written.inputs),
-        "output_names": list(written.outputs),
-    }
-    batches = serving_batches(runner, rows, expected)
-    folder = written.export.path.parent
-    return parity(
-        ArtifactKind.ONNX,
-        written.export.path,
-        expected,
-        run.outputs,
-        run.checked_with,
-        details,
-        signature,
-        None,
-        batches,
-        [folder / name for name in written.export.external_data],
-    )
-
-
-def litert_parity(written: Any, rows: list[np.ndarray], expected: list, signature: Signature) -> Artifact:
-    """A written .tflite (litert.LiteRTFile) re-run in the LiteRT interpreter, against the converted model's outputs."""
-    runner = LiteRTRunner(written.path, signature)
-    run = runner.run(rows)
-    details = {**written.details, "tensor_dtypes": runner.tensor_dtypes()}
-    batches = serving_batches(runner, rows, expected)
-    return parity(
-        ArtifactKind.LITERT, written.path, expected, run.outputs, runner.runtime, details, signature, batches=batches
     )
 
 
@@ -278,9 +189,9 @@ def _guarded(
             None,
             0,
             None,
-            _max_abs(expected),
+            max((largest(e) for e in expected), default=0.0),
             None,
-            {"error": reason},
+            FailedDetails(reason),
             failed=True,
             reason=reason,
             exportable=not refused,

@@ -21,7 +21,9 @@ import numpy as np
 
 from mpconvert.data.signature import Signature, TensorSpec
 from mpconvert.export.serving import guarded, padded
+from mpconvert.runners.base import as_float32
 from mpconvert.runners.graph import GraphRunner
+from mpconvert.runners.savedmodel import SignatureRunner
 from mpconvert.system.errors import MpconvertError
 from mpconvert.system.versions import newer_version
 
@@ -64,10 +66,7 @@ class FrozenGraph:
 
     def signature_outputs(self, rows: list[np.ndarray]) -> list[np.ndarray]:
         """The loaded SavedModel's own signature on `rows`: what the frozen graph must reproduce."""
-        import tensorflow as tf
-
-        result = self.source(**{spec.name: tf.constant(x) for spec, x in zip(self.inputs, rows)})
-        return [np.asarray(result[spec.name], dtype=np.float32) for spec in self.outputs]
+        return as_float32(SignatureRunner(self.source, self.signature).run(rows).outputs)
 
     def save(self, path: Path, empty: str = "branch") -> None:
         """A SavedModel whose `signature_name` takes and returns what the original's did, by name.

@@ -25,9 +25,11 @@ import numpy as np
 
 from mpconvert.data.context import Context
 from mpconvert.data.formats import ModelFormat
+from mpconvert.data.signature import Signature
 from mpconvert.data.tasks import Task, TaskKind, padding_of
-from mpconvert.export.artifacts import OVERHEAD, OnnxFile, Writer, litert_parity, onnx_parity, savedmodel_parity
-from mpconvert.export.litert import write_litert
+from mpconvert.export.artifacts import OVERHEAD
+from mpconvert.export.formats.base import LiteRTFile, OnnxFile
+from mpconvert.export.formats.litert import write_litert
 from mpconvert.graph.freeze import FrozenGraph
 from mpconvert.graph.rewrite import PASS_THROUGH, NodeDecision, candidates, overflowing, rewrite_graph
 from mpconvert.graph.search import search_nodes
@@ -37,9 +39,9 @@ from mpconvert.options.artifact_kinds import ArtifactKind
 from mpconvert.options.export import ExportOptions
 from mpconvert.options.precision import Precision
 from mpconvert.options.rewrite import LINT_ROWS, RewriteOptions
+from mpconvert.options.tolerance import Tolerance
 from mpconvert.options.validate import PARITY_SAMPLES
-from mpconvert.report.compare import limit_for
-from mpconvert.report.measure import max_abs_diff
+from mpconvert.report.compare import compare
 from mpconvert.report.sections import Fidelity, Finding, Layer, Lint, Source
 from mpconvert.runners.graph import GraphRunner
 from mpconvert.system.errors import MpconvertError
@@ -161,14 +163,16 @@ class GraphKind(ModelKind):
 
     def _prove(self, rows: list[np.ndarray]) -> Fidelity:
         """The frozen graph reproduces the SavedModel's own signature on `rows`."""
-        expected = self.original.signature_outputs(rows)
-        diff, limit = max_abs_diff(expected, self.original.predict(rows)), limit_for(expected)
-        if diff is None or diff > limit:
+        found = compare(
+            self.original.signature_outputs(rows), self.original.predict(rows), Tolerance.float32_rounding()
+        )
+        if not found.passed or found.max_abs_diff is None:
             raise MpconvertError(
-                f"the frozen graph of {self.path} does not reproduce its signature (max |diff| {diff} > {limit:g})",
+                f"the frozen graph of {self.path} does not reproduce its signature "
+                f"(max |diff| {found.shown} > {found.limit:g})",
                 hint="rerun with --debug and report it, with the SavedModel",
             )
-        return Fidelity(rows=len(rows[0]), max_abs_diff=diff, limit=limit)
+        return Fidelity(rows=len(rows[0]), max_abs_diff=found.max_abs_diff, limit=found.limit)
 
     def search(
         self,
@@ -189,38 +193,8 @@ class GraphKind(ModelKind):
         reason = search_reason(goal.before, found.validation)
         return found, dataclasses.replace(options, auto_keep=options.auto_keep + tuple((k, reason) for k in found.kept))
 
-    def writers(
-        self, model: Any, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions
-    ) -> list[Writer]:
-        writers: list[Writer] = []
-        if ArtifactKind.SAVEDMODEL in options.kinds:
-
-            def savedmodel(path: Path):
-                model.save(path)
-                return savedmodel_parity(path, model.signature, rows, expected, model.signature_name)
-
-            writers.append((ArtifactKind.SAVEDMODEL, out / "savedmodel", savedmodel))
-        if ArtifactKind.ONNX in options.kinds:
-            writers.append(
-                (
-                    ArtifactKind.ONNX,
-                    out / "model.onnx",
-                    lambda path: onnx_parity(
-                        self.onnx(model, path, options.opset, options.onnx_io), rows, expected, model.signature
-                    ),
-                )
-            )
-        if ArtifactKind.LITERT in options.kinds:
-
-            def litert_file(path: Path):
-                # A graph-level conversion neither fine-tunes nor pads: the float32 original holds its weights.
-                with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
-                    self.original.save(Path(tmp) / "float32", empty="pad")
-                    written = write_litert(Path(tmp) / "float32", path)
-                return litert_parity(written, rows, expected, model.signature)
-
-            writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))
-        return writers
+    def writes(self, model: Any, rows: list[np.ndarray]) -> GraphWrites:
+        return GraphWrites(self, model)
 
     def onnx(
         self, model: Any, path: Path, opset: int, io: str = "float32", external_data: int | None = None
@@ -241,3 +215,36 @@ class GraphKind(ModelKind):
     def output_bytes(self, model: Any, kinds: Sequence[str]) -> int:
         """The frozen graph once per artifact that holds it."""
         return int(model.graph_def.ByteSize() * (("savedmodel" in kinds) + ("onnx" in kinds))) + OVERHEAD
+
+
+@dataclass(frozen=True)
+class GraphWrites:
+    """How a frozen graph is written in each format (export/formats/): no model.keras, it has no Keras layers."""
+
+    kind: GraphKind
+    model: FrozenGraph
+
+    @property
+    def signature(self) -> Signature:
+        return self.model.signature
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        return frozenset(ArtifactKind) - {ArtifactKind.KERAS}
+
+    def savedmodel(self, path: Path) -> str:
+        self.model.save(path)
+        return self.model.signature_name
+
+    def keras(self, path: Path) -> None:
+        raise NotImplementedError("a frozen graph has no Keras layers to write model.keras from (not in `kinds`)")
+
+    def onnx(self, path: Path, options: ExportOptions) -> OnnxFile:
+        # A frozen graph holds its weights as constants: one file (--onnx-external-data applies to Keras models).
+        return self.kind.onnx(self.model, path, options.opset, options.onnx_io)
+
+    def litert(self, path: Path) -> LiteRTFile:
+        # A graph-level conversion neither fine-tunes nor pads: the float32 original holds its weights.
+        with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
+            self.kind.original.save(Path(tmp) / "float32", empty="pad")
+            return write_litert(Path(tmp) / "float32", path)

@@ -12,12 +12,14 @@ and the first that differs is named.
 
 from __future__ import annotations
 
+from math import inf
 from typing import Any
 
 import numpy as np
 
 from mpconvert.keras.trace import trace
-from mpconvert.report.compare import difference, limit_for
+from mpconvert.options.tolerance import Tolerance
+from mpconvert.report.compare import compare
 from mpconvert.report.sections import Fidelity
 from mpconvert.system.errors import MpconvertError
 
@@ -30,15 +32,13 @@ def prove_faithful(original: Any, rebuilt: Any, rows: list[np.ndarray], what: st
     """`rebuilt` gives `original`'s outputs on `rows`, or an MpconvertError naming the first layer that differs."""
     from mpconvert.runners.keras import forward
 
-    reference = forward(original, rows)
-    diff = difference(reference, forward(rebuilt, rows))
-    limit = limit_for(reference)
-    if diff <= limit:
-        return Fidelity(len(rows[0]), diff, limit)
+    found = compare(forward(original, rows), forward(rebuilt, rows), Tolerance.float32_rounding())
+    if found.passed and found.max_abs_diff is not None:
+        return Fidelity(len(rows[0]), found.max_abs_diff, found.limit)
     located = first_difference(original, rebuilt, [x[:LOCATE_ROWS] for x in rows])
     message = (
-        f"{what} of model {original.name!r} does not reproduce the original: outputs differ by {diff:.3g} "
-        f"on {len(rows[0])} rows, where float32 rounding allows {limit:.3g}"
+        f"{what} of model {original.name!r} does not reproduce the original: outputs differ by {found.shown} "
+        f"on {len(rows[0])} rows, where float32 rounding allows {found.limit:.3g}"
     )
     if located is None:
         raise MpconvertError(
@@ -69,8 +69,7 @@ def first_difference(original: Any, rebuilt: Any, rows: list[np.ndarray]) -> tup
         other = theirs.get((call.path, call.index))
         if other is None or call.layer is None:
             continue
-        reference = list(call.outputs)
-        by = difference(reference, list(other.outputs))
-        if by > limit_for(reference):
-            return call.path, call.layer, by
+        found = compare(list(call.outputs), list(other.outputs), Tolerance.float32_rounding())
+        if not found.passed:
+            return call.path, call.layer, inf if found.max_abs_diff is None else found.max_abs_diff
     return None

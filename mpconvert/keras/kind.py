@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ from mpconvert.data.context import Context
 from mpconvert.data.formats import ModelFormat
 from mpconvert.data.signature import Signature, signature_of
 from mpconvert.data.tasks import Task, TaskKind, padding_of
-from mpconvert.export.artifacts import OVERHEAD, OnnxFile, Writer, litert_parity, onnx_parity, parity, savedmodel_parity
-from mpconvert.export.litert import builtin_tables, write_litert
+from mpconvert.export.artifacts import OVERHEAD
+from mpconvert.export.formats.base import LiteRTFile, OnnxFile
+from mpconvert.export.formats.litert import builtin_tables, write_litert
 from mpconvert.export.serving import guarded, padded
 from mpconvert.keras.activation_memory import activation_memory
 from mpconvert.keras.autokeep import keep_by_lint, keep_by_search
@@ -54,6 +56,7 @@ from mpconvert.options.precision import Precision
 from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.report.sections import Source
 from mpconvert.runners.keras import KerasRunner, input_specs, serving_fn
+from mpconvert.runners.savedmodel import DEFAULT_SIGNATURE
 from mpconvert.system.errors import MpconvertError
 
 
@@ -151,65 +154,8 @@ class KerasKind(ModelKind):
     def activation_memory(self, model: Any, batch: int, inputs: list[Any]) -> dict | None:
         return activation_memory(self.original, model, batch, inputs=inputs, signature=self.signature)
 
-    def writers(
-        self, model: Any, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions
-    ) -> list[Writer]:
-        signature = self.signature
-        writers: list[Writer] = []
-        if ArtifactKind.SAVEDMODEL in options.kinds:
-
-            def savedmodel(path: Path):
-                write_savedmodel(model, self.framework, signature, path)
-                written = savedmodel_parity(path, signature, rows, expected)
-                if not self.framework.is_keras3:
-                    _check_tf_keras_policies_survive(self.framework, path, model)
-                return written
-
-            writers.append((ArtifactKind.SAVEDMODEL, out / "savedmodel", savedmodel))
-            if self.framework.is_keras3:
-
-                def keras_file(path: Path):
-                    model.save(str(path))
-                    reloaded = self.framework.module.models.load_model(str(path), compile=False)
-                    # The file training resumes from, not a serving artifact: no batch-size check (Keras's
-                    # own eager and predict paths fail on an empty batch of a 16-bit model under oneDNN).
-                    got = KerasRunner(reloaded, signature).run(rows).outputs
-                    return parity(ArtifactKind.KERAS, path, expected, got, "keras", {}, signature)
-
-                writers.append((ArtifactKind.KERAS, out / "model.keras", keras_file))
-        if ArtifactKind.ONNX in options.kinds:
-            writers.append(
-                (
-                    ArtifactKind.ONNX,
-                    out / "model.onnx",
-                    lambda path: onnx_parity(
-                        self.onnx(model, path, options.opset, options.onnx_io, options.onnx_external_data),
-                        rows,
-                        expected,
-                        signature,
-                    ),
-                )
-            )
-        if ArtifactKind.LITERT in options.kinds:
-
-            def litert_file(path: Path):
-                try:
-                    float32 = float32_copy(model, self.framework, [x[:2] for x in rows], unroll=True)
-                except Exception as exc:  # Keras refuses to unroll a sequence of unknown length
-                    raise MpconvertError(
-                        f"the model cannot be rebuilt for LiteRT: {type(exc).__name__}: {str(exc)[:200]}",
-                        hint="give recurrent layers a fixed sequence length, or --export savedmodel,onnx",
-                    ) from None
-                tables = builtin_tables(float32)
-                with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
-                    write_savedmodel(float32, self.framework, signature, Path(tmp) / "float32", empty="pad")
-                    written = write_litert(
-                        Path(tmp) / "float32", path, unit_of=lambda n: layer_of(n, float32), tables=tables
-                    )
-                return litert_parity(written, rows, expected, signature)
-
-            writers.append((ArtifactKind.LITERT, out / "model.tflite", litert_file))
-        return writers
+    def writes(self, model: Any, rows: list[np.ndarray]) -> KerasWrites:
+        return KerasWrites(self, model, rows)
 
     def onnx(
         self, model: Any, path: Path, opset: int, io: str = "float32", external_data: int | None = None
@@ -233,6 +179,52 @@ class KerasKind(ModelKind):
         if "onnx" in kinds:
             copies += 0.5
         return int(weights * copies) + OVERHEAD
+
+
+@dataclass(frozen=True)
+class KerasWrites:
+    """How a Keras model is written in each format (export/formats/)."""
+
+    kind: KerasKind
+    model: Any
+    rows: list[np.ndarray]
+
+    @property
+    def signature(self) -> Signature:
+        return self.kind.signature
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        # model.keras is Keras 3's format: a tf-keras model's SavedModel reloads as the Keras model instead.
+        every = frozenset(ArtifactKind)
+        return every if self.kind.framework.is_keras3 else every - {ArtifactKind.KERAS}
+
+    def savedmodel(self, path: Path) -> str:
+        framework = self.kind.framework
+        write_savedmodel(self.model, framework, self.signature, path)
+        if not framework.is_keras3:
+            _check_tf_keras_policies_survive(framework, path, self.model)
+        return DEFAULT_SIGNATURE
+
+    def keras(self, path: Path) -> None:
+        self.model.save(str(path))
+
+    def onnx(self, path: Path, options: ExportOptions) -> OnnxFile:
+        return self.kind.onnx(self.model, path, options.opset, options.onnx_io, options.onnx_external_data)
+
+    def litert(self, path: Path) -> LiteRTFile:
+        framework = self.kind.framework
+        try:
+            float32 = float32_copy(self.model, framework, [x[:2] for x in self.rows], unroll=True)
+        except Exception as exc:  # Keras refuses to unroll a sequence of unknown length
+            raise MpconvertError(
+                f"the model cannot be rebuilt for LiteRT: {type(exc).__name__}: {str(exc)[:200]}",
+                hint="give recurrent layers a fixed sequence length, or --export savedmodel,onnx",
+            ) from None
+        tables = builtin_tables(float32)
+        with tempfile.TemporaryDirectory(prefix="mpconvert-litert-") as tmp:
+            write_savedmodel(float32, framework, self.signature, Path(tmp) / "float32", empty="pad")
+            return write_litert(Path(tmp) / "float32", path, unit_of=lambda n: layer_of(n, float32), tables=tables)
 
 
 def write_savedmodel(model: Any, framework: Framework, signature: Signature, path: Path, empty: str = "branch") -> None:

@@ -26,10 +26,9 @@ from mpconvert.data.context import Context
 from mpconvert.data.formats import ModelFormat
 from mpconvert.data.signature import Signature
 from mpconvert.data.tasks import Task
-from mpconvert.export.artifacts import OnnxFile, Writer
+from mpconvert.export.formats.base import OnnxFile, Writes
 from mpconvert.keras.pad import Padding, PadPlan
 from mpconvert.numerics.search import Goal, Search
-from mpconvert.options.export import ExportOptions
 from mpconvert.options.finetune import FinetuneOptions
 from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import Precision
@@ -156,11 +155,9 @@ class ModelKind(ABC):
         raise NotImplementedError(self.lacks.get(Capability.ACTIVATION_MEMORY, "activation memory"))
 
     @abstractmethod
-    def writers(
-        self, model: Any, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions
-    ) -> list[Writer]:
-        """What the converted `model` exports under `out`: each writer writes one artifact and re-checks it
-        on `rows` against `expected` (the model's own outputs)."""
+    def writes(self, model: Any, rows: list[np.ndarray]) -> Writes:
+        """How the converted `model` is written in each artifact format this kind can write (export/formats/);
+        `rows` are the validation rows its files are checked on."""
 
     @abstractmethod
     def onnx(

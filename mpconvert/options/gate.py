@@ -20,6 +20,7 @@ from typing import Any
 from mpconvert.options.artifact_kinds import ARTIFACT_KINDS
 from mpconvert.options.keywords import Keyword, check_ranges, keyword, table
 from mpconvert.options.precision import Precision
+from mpconvert.options.tolerance import Tolerance
 from mpconvert.system.errors import MpconvertError
 
 # One percentage point of accuracy: small enough to catch a real regression,
@@ -258,11 +259,11 @@ class Thresholds:
             **numbers,
         )
 
-    def tolerance(self, kind: str, max_abs_ref: float) -> float | None:
-        """The largest accepted max |diff| for an artifact; None for an unknown kind."""
+    def tolerance(self, kind: str) -> Tolerance | None:
+        """An artifact kind's parity tolerance (atol + rtol x its largest |output|); None for an unknown kind."""
         if kind not in self.atol or kind not in self.rtol:
             return None
-        return self.atol[kind] + self.rtol[kind] * max_abs_ref
+        return Tolerance(self.atol[kind], self.rtol[kind])
 
 
 def _per_kind(base: dict[str, float], given: tuple[tuple[str | None, float], ...]) -> dict[str, float]:

@@ -19,6 +19,7 @@ from mpconvert.data.formats import INPUT_LAYER, units_of
 from mpconvert.data.rows import Overlap
 from mpconvert.options.artifact_kinds import ArtifactKind
 from mpconvert.options.gate import Baseline, Thresholds
+from mpconvert.options.tolerance import within
 from mpconvert.report.checks import (
     ACCURACY,
     AGREEMENT,
@@ -33,7 +34,6 @@ from mpconvert.report.checks import (
     Check,
 )
 from mpconvert.report.consistency import CONSISTENCY, Consistency
-from mpconvert.report.measure import within
 from mpconvert.report.parity import check_parity
 from mpconvert.report.sections import (
     Artifact,

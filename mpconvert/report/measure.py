@@ -23,6 +23,7 @@ from mpconvert.data.rows import DataSource, Overlap, Split
 from mpconvert.data.tasks import Task, TaskKind, sequence_shapes
 from mpconvert.options.gate import Thresholds
 from mpconvert.options.validate import Metric
+from mpconvert.report.compare import compare as compare_outputs
 from mpconvert.report.read import load_baseline
 from mpconvert.report.sections import OutputValidation, TokenScores, Validation
 from mpconvert.report.sections.validation import primary_index
@@ -30,16 +31,6 @@ from mpconvert.system.errors import MpconvertError
 
 if TYPE_CHECKING:
     from mpconvert.data.context import Context
-
-# Metrics are compared with this much slack so that a drop exactly equal to
-# the budget (0.96 - 0.95 vs 0.01) passes despite binary float rounding.
-GATE_EPSILON = 1e-9
-
-
-def within(value: float, limit: float) -> bool:
-    # The slack lets a value exactly at its limit pass despite binary
-    # rounding (0.96 - 0.95 is 0.010000000000000009).
-    return value <= limit + GATE_EPSILON
 
 
 def choose_metric(requested: str | None, task: Task, labels: np.ndarray | None = None) -> Metric:
@@ -146,17 +137,6 @@ def metric_value(metric: str, task: Task, output: np.ndarray, labels: np.ndarray
     return float(np.mean(hits(task, output, labels)))
 
 
-def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
-    """Largest |a - b| over all outputs; None when any value is not finite."""
-    worst = 0.0
-    for x, y in zip(a, b):
-        diff = np.abs(x.astype(np.float64) - y.astype(np.float64))
-        if not np.isfinite(diff).all():
-            return None
-        worst = max(worst, float(diff.max(initial=0.0)))
-    return worst
-
-
 def decisive_rows(task: Task, output: np.ndarray, resolution: float) -> np.ndarray:
     """Rows whose predicted class is clear by more than `resolution`."""
     rows = output.reshape(len(output), -1).astype(np.float64)
@@ -229,7 +209,7 @@ def compare_output(
         reference=ref_value,
         converted=conv_value,
         drop=None,
-        max_abs_diff=max_abs_diff([reference], [converted]),
+        max_abs_diff=compare_outputs([reference], [converted]).max_abs_diff,
         rows=len(reference),
         nonfinite_outputs=nonfinite,
         **found,

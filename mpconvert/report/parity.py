@@ -5,8 +5,8 @@ it was run at. The gate judges it at conversion, `verify` again where the file w
 from __future__ import annotations
 
 from mpconvert.options.gate import Thresholds
+from mpconvert.options.tolerance import Tolerance
 from mpconvert.report.checks import PARITY, Check
-from mpconvert.report.measure import within
 from mpconvert.report.sections import Artifact, ArtifactOutput
 
 
@@ -19,12 +19,13 @@ def check_parity(
     express the model is said and passes; without one, the run has nothing to serve and fails.
     """
     check = _parity_on_rows(artifact, thresholds, keras_nonfinite, served_elsewhere)
-    limit = check.values["limit"]
-    if artifact.failed or not artifact.batches or limit is None:
+    tolerance = thresholds.tolerance(artifact.kind)
+    if artifact.failed or not artifact.batches or tolerance is None:
         return check
+    # Each batch on the scale of the artifact's rows (its outputs on the batch are those rows, repeated).
+    ref = check.values["max_abs_ref"]
     judged = [
-        {**b.to_json(), "passed": b.error is None and b.max_abs_diff is not None and within(b.max_abs_diff, limit)}
-        for b in artifact.batches
+        {**b.to_json(), "passed": b.error is None and tolerance.admits(b.max_abs_diff, ref)} for b in artifact.batches
     ]
     values = {**check.values, "batches": judged}
     failing = [b for b in judged if not b["passed"]]
@@ -44,7 +45,8 @@ def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite:
     kind, diff = artifact.kind, artifact.max_abs_diff
     # Reports written before max_abs_ref existed get the atol alone.
     ref = artifact.max_abs_ref or 0.0
-    limit = thresholds.tolerance(kind, ref)
+    tolerance = thresholds.tolerance(kind)
+    limit = None if tolerance is None else tolerance.limit(ref)
     name = f"{PARITY}: {kind}"
     values = {
         "max_abs_diff": diff,
@@ -62,16 +64,16 @@ def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite:
         return Check(name, False, f"{artifact.reason} ({alone})", values)
     if artifact.failed:
         return Check(name, False, f"{kind} export failed: {artifact.reason}", values)
-    if limit is None:
+    if tolerance is None or limit is None:
         return Check(name, False, f"no tolerance known for artifact kind {str(kind)!r}", values)
     if artifact.outputs:
-        return _parity_by_output(name, artifact.outputs, thresholds, kind, values, keras_nonfinite)
+        return _parity_by_output(name, artifact.outputs, tolerance, values, keras_nonfinite)
     rule = f"atol {thresholds.atol[kind]:g} + rtol {thresholds.rtol[kind]:g} x max abs output {ref:.4g}"
     if diff is None:
         # A NaN difference cannot be within any tolerance; say whose it is.
         whose = "the converted Keras model's outputs" if keras_nonfinite else f"{artifact.path}'s outputs"
         return Check(name, False, f"max abs diff is not finite: NaN/inf in {whose} ({rule})", values)
-    passed = within(diff, limit)
+    passed = tolerance.admits(diff, ref)
     sign = "<=" if passed else ">"
     return Check(name, passed, f"max abs diff {diff:.3g} {sign} limit {limit:.3g} ({rule})", values)
 
@@ -79,18 +81,15 @@ def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite:
 def _parity_by_output(
     name: str,
     outputs: dict[str, ArtifactOutput],
-    thresholds: Thresholds,
-    kind: str,
+    tolerance: Tolerance,
     values: dict,
     keras_nonfinite: bool,
 ) -> Check:
     """Each output of the artifact against its own limit (atol + rtol x that output's largest |value|)."""
     judged = {}
     for output, o in outputs.items():
-        limit = thresholds.tolerance(kind, o.max_abs_ref or 0.0)
-        diff = o.max_abs_diff
-        passed = diff is not None and limit is not None and within(diff, limit)
-        judged[output] = {**o.to_json(), "limit": limit, "passed": passed}
+        ref = o.max_abs_ref or 0.0
+        judged[output] = {**o.to_json(), "limit": tolerance.limit(ref), "passed": tolerance.admits(o.max_abs_diff, ref)}
     failed = [n for n, one in judged.items() if not one["passed"]]
     parts = []
     for output, one in judged.items():

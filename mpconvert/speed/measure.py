@@ -22,7 +22,7 @@ from mpconvert.options.convert import DEFAULT_SPEED_BATCH
 from mpconvert.report.sections import PaddingCost, PathSpeed, Speed
 from mpconvert.report.sections.speed import Latency
 from mpconvert.runners.base import Runner
-from mpconvert.runners.onnx import OnnxRunner, missing_kernel
+from mpconvert.runners.onnx import missing_kernel
 from mpconvert.speed.hardware import Hardware, probe_hardware
 from mpconvert.speed.timing import BUDGET_S, REPEATS, median_ms, rounded_ms, timed_ms
 from mpconvert.system.errors import first_line
@@ -111,15 +111,16 @@ def padding_cost(
 
 
 def measure_onnx_speed(
-    baseline: OnnxRunner,
-    converted: OnnxRunner,
+    baseline: Runner,
+    converted: Runner,
+    name: str,
     inputs: Sequence[np.ndarray],
     *,
     batch: int = SPEED_BATCH,
     repeats: int = REPEATS,
     budget_s: float = BUDGET_S,
 ) -> PathSpeed:
-    """The converted ONNX file against a float32 export of the original, in ONNX Runtime.
+    """The converted ONNX file (`name`) against a float32 export of the original, in ONNX Runtime.
 
     Runs on CUDA where it really loads, else CPU. A file the provider has no
     kernels for (bfloat16 on the CPU provider) is reported as such and not
@@ -135,7 +136,7 @@ def measure_onnx_speed(
         if not missing_kernel(exc):
             raise
         note = (
-            f"{converted.path.name} does not run as written on {runtime} ({first_line(exc, 200)}); "
+            f"{name} does not run as written on {runtime} ({first_line(exc, 200)}); "
             "not timed on an emulated copy, which would time float32 arithmetic"
         )
     return _path_speed(timed_ms(runs, repeats=repeats, budget_s=budget_s, warmup=1), batch, runtime, note)

@@ -16,7 +16,7 @@ from mpconvert.keras.pad.live import as_functional, plan_model_padding
 from mpconvert.keras.state import rebuild
 from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import SIXTEEN_BIT, Precision
-from mpconvert.report.measure import max_abs_diff
+from mpconvert.report.compare import compare
 from mpconvert.report.sections import PaddingReport
 from mpconvert.report.sections.stages import NOT_TRIED, NOTHING_TO_PAD, PADDED, UNPADDED, padding_failures
 from mpconvert.runners.keras import forward
@@ -96,16 +96,16 @@ def pad(
     # The float32 twins first, freed before the padded 16-bit model is built: two extra copies at most.
     twin = _float32_twin(functional, framework)
     padded_twin = apply_padding(twin, framework, plan)
-    exact = max_abs_diff(forward(twin, inputs), forward(padded_twin, inputs))
+    exact = compare(forward(twin, inputs), forward(padded_twin, inputs)).max_abs_diff
     del twin, padded_twin
     gc.collect()
     padded = apply_padding(functional, framework, plan)
-    reference = forward(functional, inputs)
-    sixteen = max_abs_diff(reference, forward(padded, inputs))
-    largest = max(float(np.abs(r).max(initial=0.0)) for r in reference)
-    report = replace(report, float32_max_abs_diff=exact, max_abs_diff=sixteen, max_abs_ref=largest)
+    # Both differences are judged on the unpadded 16-bit model's scale (padding_failures).
+    sixteen = compare(forward(functional, inputs), forward(padded, inputs))
+    largest = sixteen.max_abs_ref
+    report = replace(report, float32_max_abs_diff=exact, max_abs_diff=sixteen.max_abs_diff, max_abs_ref=largest)
     assert report.tolerance is not None
-    failures = padding_failures(exact, sixteen, report.tolerance, precision.name, largest)
+    failures = padding_failures(exact, sixteen.max_abs_diff, report.tolerance, precision.name, largest)
     if failures:
         return Padding(
             model, replace(report, passed=False, reason="padding changed the outputs: " + "; ".join(failures))

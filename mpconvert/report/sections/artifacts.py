@@ -8,6 +8,7 @@ from typing import Any
 
 from mpconvert.options.artifact_kinds import ArtifactKind
 from mpconvert.report.sections.base import Section, known, member
+from mpconvert.report.sections.details import Details, read_details
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Artifact(Section):
     # re-checked from report.json alone. None in reports from before it existed.
     max_abs_ref: float | None
     runtime: str | None  # what re-ran it
-    details: dict
+    details: Details  # what its format records about the file (report/sections/details.py)
     failed: bool = False  # writing or re-checking it raised an MpconvertError
     reason: str | None = None  # why it failed, with the fix
     # False: the format cannot express the model (an ONNX file of a Hashing layer); refused, not failed.
@@ -104,7 +105,7 @@ class Artifact(Section):
         return cls(
             **{
                 **found,
-                "details": found["details"] or {},
+                "details": read_details(found["kind"], bool(found["failed"]), found["details"]),
                 "outputs": None if outputs is None else {n: ArtifactOutput.from_json(o) for n, o in outputs.items()},
                 "batches": None if batches is None else tuple(ServedBatch.from_json(b) for b in batches),
                 "external_data": None if data is None else tuple(DataFile.from_json(d) for d in data),

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from mpconvert.options.rewrite import AutoKeepMode
+from mpconvert.options.tolerance import Tolerance
 from mpconvert.options.validate import Metric
 from mpconvert.report.sections.base import Section, known, member, native
 
@@ -69,12 +70,11 @@ def padding_failures(
     |value|, at least 1): float32 must agree to rounding, the policy to its
     16-bit kernels' rounding.
     """
-    scale = max(1.0, max_abs_ref)
     failures = []
     for what, found in (("float32", float32_diff), (policy, diff)):
-        limit = tolerance[what] * scale
-        if found is None or found > limit:
-            failures.append(f"{what} outputs differ by {found} (> {limit:g})")
+        rule = Tolerance(rtol=tolerance[what], floor=1.0)
+        if not rule.admits(found, max_abs_ref):
+            failures.append(f"{what} outputs differ by {found} (> {rule.limit(max_abs_ref):g})")
     return failures
 
 

@@ -1,4 +1,4 @@
-"""The LiteRT (.tflite) artifact: float16 weights, float32 inputs and outputs.
+"""The LiteRT file (model.tflite): float16 weights, float32 inputs and outputs.
 
 TensorFlow's LiteRT converter has no builtin kernels for a mixed-precision
 graph's float16 MatMul or Conv ("'tf.MatMul' op is neither a custom op nor
@@ -16,11 +16,21 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from mpconvert.data.signature import Signature
+from mpconvert.export.artifacts import parity, serving_batches
+from mpconvert.export.formats.base import Format, LiteRTFile, Writes
+from mpconvert.options.artifact_kinds import ArtifactKind
+from mpconvert.options.convert import ExportOptions
+from mpconvert.report.sections import Artifact
+from mpconvert.report.sections.details import LiteRTDetails
+from mpconvert.runners.litert import LiteRTRunner
 from mpconvert.system.errors import MpconvertError, NotExportable
 from mpconvert.system.writing import replace_atomically
 
@@ -30,10 +40,34 @@ WHAT = (
 )
 
 
-@dataclass(frozen=True)
-class LiteRTFile:
-    path: Path
-    details: dict  # what the file is, for the report
+class LiteRT(Format[LiteRTFile, LiteRTDetails]):
+    name = ArtifactKind.LITERT
+    filename = "model.tflite"
+    details = LiteRTDetails
+    runtime = "tensorflow"  # the interpreter TensorFlow ships, or ai-edge-litert's where it is installed
+
+    def write(self, writes: Writes, path: Path, options: ExportOptions) -> LiteRTFile:
+        return writes.litert(path)
+
+    def recorded(self, written: LiteRTFile) -> LiteRTDetails:
+        return LiteRTDetails(weights=written.weights, what=WHAT, tables=written.tables or None)
+
+    def open(
+        self, path: Path, details: LiteRTDetails, signature: Signature, providers: Sequence[str] = ()
+    ) -> LiteRTRunner:
+        return LiteRTRunner(path, signature)
+
+    def check(
+        self, written: LiteRTFile, path: Path, rows: list[np.ndarray], expected: list[np.ndarray], signature: Signature
+    ) -> Artifact:
+        runner = self.open(path, self.recorded(written), signature)
+        run = runner.run(rows)
+        details = replace(self.recorded(written), tensor_dtypes=runner.tensor_dtypes())
+        batches = serving_batches(runner, rows, expected)
+        return parity(self.name, path, expected, run.outputs, run.checked_with, details, signature, batches=batches)
+
+
+LITERT = LiteRT()
 
 
 @contextlib.contextmanager
@@ -109,8 +143,7 @@ def write_litert(
     except Exception as exc:  # the converter's own errors: ops LiteRT has no builtin kernel for
         raise refusal(str(exc), unit_of) from None
     replace_atomically(path, data, "the LiteRT file")
-    details = {"weights": "float16" if float16_weights else "float32", "what": WHAT}
-    return LiteRTFile(path, details | ({"tables": list(tables)} if tables else {}))
+    return LiteRTFile(path, "float16" if float16_weights else "float32", tables)
 
 
 _SERVE_OTHERS = "serve the SavedModel or the ONNX file (--export savedmodel,onnx)"
