@@ -10,11 +10,11 @@ import numpy as np
 from mpconvert.data.signature import Signature, TensorSpec
 from mpconvert.export.artifacts import parity
 from mpconvert.options.artifact_kinds import ArtifactKind
+from mpconvert.options.gate import Thresholds
 from mpconvert.options.tolerance import Tolerance
 from mpconvert.report.compare import compare
 from mpconvert.report.parity import check_parity
 from mpconvert.report.sections.details import OnnxDetails
-from mpconvert.report.thresholds import Thresholds
 from mpconvert.system.digests import Digest
 
 
