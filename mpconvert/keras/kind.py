@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from mpconvert.keras.rewrite import (
     with_sublayers,
 )
 from mpconvert.keras.trace import mask_zero_inputs, output_layers, sublayers
-from mpconvert.kinds.base import Capability, ModelKind
+from mpconvert.kinds.base import ModelKind
 from mpconvert.numerics.search import Goal, Search
 from mpconvert.onnx.graph_checks import layer_of
 from mpconvert.options.artifact_kinds import ArtifactKind
@@ -88,9 +89,56 @@ def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
     )
 
 
-class KerasKind(ModelKind):
+@dataclass(frozen=True)
+class KerasFinetuner:
+    """Fine-tuning with loss scaling where the policy needs it (finetune.py)."""
+
+    loaded: Loaded
+
+    def finetune(
+        self, context: Context, model: Any, options: FinetuneOptions, seed: int, on_step: StepCallback | None
+    ) -> Finetune:
+        return finetune(context, self.loaded, model, options, seed, on_step)
+
+
+@dataclass(frozen=True)
+class KerasPadder:
+    """Tensor-Core padding of layer widths (pad/), with its equivalence proof."""
+
+    framework: Framework
+
+    def pad(self, model: Any, options: PadOptions, rows: list[np.ndarray], precision: Precision) -> Padding:
+        return pad(model, self.framework, options, rows, precision)
+
+    def plan(self, model: Any, options: PadOptions) -> PadPlan:
+        return plan_model_padding(model, self.framework, options)
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """Activation memory: measured on a GPU, else computed from every layer's output shape (activation_memory.py)."""
+
+    original: Any
+    signature: Signature
+
+    def measure(self, model: Any, batch: int, rows: list[np.ndarray]) -> dict:
+        return activation_memory(self.original, model, batch, inputs=rows, signature=self.signature)
+
+
+@dataclass(frozen=True)
+class LayerPlanner:
+    """`mpconvert inspect`'s per-layer plan, read from the model's config (nothing built)."""
+
+    original: Any
+
+    def plan(self, options: RewriteOptions) -> Plan:
+        planned = plan_conversion(model_config(self.original), model_class(self.original), options)
+        return with_sublayers(planned, sublayers(self.original))
+
+
+# Keras 3 and tf-keras models have no static type here: the interface's model type is Any.
+class KerasKind(ModelKind[Any, Rewritten]):
     paths = ("keras", "savedmodel")
-    lacks: dict[Capability, str] = {}
 
     def __init__(self, loaded: Loaded):
         self.loaded = loaded
@@ -103,6 +151,18 @@ class KerasKind(ModelKind):
     @property
     def framework(self) -> Framework:
         return self.loaded.framework
+
+    def finetuner(self) -> KerasFinetuner:
+        return KerasFinetuner(self.loaded)
+
+    def padder(self) -> KerasPadder:
+        return KerasPadder(self.framework)
+
+    def activation_memory_meter(self) -> LayerMemory:
+        return LayerMemory(self.original, self.signature)
+
+    def inspector(self) -> LayerPlanner:
+        return LayerPlanner(self.original)
 
     def describe(self, path: Path | None) -> Source:
         return self.loaded.source(path)
@@ -118,35 +178,17 @@ class KerasKind(ModelKind):
     def lint(self, context: Context, options: RewriteOptions) -> tuple[Lint, RewriteOptions]:
         return keep_by_lint(context, self.loaded, options)
 
-    def plan(self, options: RewriteOptions) -> Plan:
-        planned = plan_conversion(model_config(self.original), model_class(self.original), options)
-        return with_sublayers(planned, sublayers(self.original))
-
     def rewrite(self, options: RewriteOptions, rows: list[np.ndarray]) -> Rewritten:
         return rewrite(self.original, self.framework, options, rows)
 
     def search(
         self,
         context: Context,
-        candidate: Any,
+        candidate: Rewritten,
         options: RewriteOptions,
         goal: Goal,
     ) -> tuple[Search, RewriteOptions]:
         return keep_by_search(context, self.loaded, candidate, options, goal)
-
-    def finetune(
-        self, context: Context, model: Any, options: FinetuneOptions, seed: int, on_step: StepCallback | None
-    ) -> Finetune:
-        return finetune(context, self.loaded, model, options, seed, on_step)
-
-    def pad(self, model: Any, options: PadOptions, rows: list[np.ndarray], precision: Precision) -> Padding:
-        return pad(model, self.framework, options, rows, precision)
-
-    def padding_plan(self, model: Any, options: PadOptions) -> PadPlan:
-        return plan_model_padding(model, self.framework, options)
-
-    def activation_memory(self, model: Any, batch: int, inputs: list[Any]) -> dict | None:
-        return activation_memory(self.original, model, batch, inputs=inputs, signature=self.signature)
 
     def writers(
         self, model: Any, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions
