@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -54,6 +54,9 @@ from mpconvert.report.sections import Source
 from mpconvert.runners.keras import KerasRunner, input_specs, serving_fn
 from mpconvert.system.errors import MpconvertError
 
+# A Keras 3 or tf-keras model: neither ships type information, so the kind's model type is Any, by name.
+KerasModel: TypeAlias = Any
+
 
 def _kind(activation: str | None) -> TaskKind:
     if activation in ("softmax", "log_softmax"):
@@ -70,7 +73,7 @@ def _activation_of(layer: Any) -> str | None:
     return activation if isinstance(activation, str) else getattr(activation, "__name__", None)
 
 
-def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
+def tasks_of(model: KerasModel, signature: Signature) -> tuple[Task, ...]:
     """What each output means (softmax, sigmoid or regression), in the signature's order, and a sequence
     output's padding input (tasks.padding_of)."""
     if len(signature.outputs) == 1:
@@ -96,7 +99,7 @@ class KerasFinetuner:
     loaded: Loaded
 
     def finetune(
-        self, context: Context, model: Any, options: FinetuneOptions, seed: int, on_step: StepCallback | None
+        self, context: Context, model: KerasModel, options: FinetuneOptions, seed: int, on_step: StepCallback | None
     ) -> Finetune:
         return finetune(context, self.loaded, model, options, seed, on_step)
 
@@ -107,10 +110,10 @@ class KerasPadder:
 
     framework: Framework
 
-    def pad(self, model: Any, options: PadOptions, rows: list[np.ndarray], precision: Precision) -> Padding:
+    def pad(self, model: KerasModel, options: PadOptions, rows: list[np.ndarray], precision: Precision) -> Padding:
         return pad(model, self.framework, options, rows, precision)
 
-    def plan(self, model: Any, options: PadOptions) -> PadPlan:
+    def plan(self, model: KerasModel, options: PadOptions) -> PadPlan:
         return plan_model_padding(model, self.framework, options)
 
 
@@ -118,10 +121,10 @@ class KerasPadder:
 class LayerMemory:
     """Activation memory: measured on a GPU, else computed from every layer's output shape (activation_memory.py)."""
 
-    original: Any
+    original: KerasModel
     signature: Signature
 
-    def measure(self, model: Any, batch: int, rows: list[np.ndarray]) -> dict:
+    def measure(self, model: KerasModel, batch: int, rows: list[np.ndarray]) -> dict:
         return activation_memory(self.original, model, batch, inputs=rows, signature=self.signature)
 
 
@@ -129,15 +132,14 @@ class LayerMemory:
 class LayerPlanner:
     """`mpconvert inspect`'s per-layer plan, read from the model's config (nothing built)."""
 
-    original: Any
+    original: KerasModel
 
     def plan(self, options: RewriteOptions) -> Plan:
         planned = plan_conversion(model_config(self.original), model_class(self.original), options)
         return with_sublayers(planned, sublayers(self.original))
 
 
-# Keras 3 and tf-keras models have no static type here: the interface's model type is Any.
-class KerasKind(ModelKind[Any, Rewritten]):
+class KerasKind(ModelKind[KerasModel, Rewritten]):
     paths = ("keras", "savedmodel")
 
     def __init__(self, loaded: Loaded):
@@ -172,7 +174,7 @@ class KerasKind(ModelKind[Any, Rewritten]):
         with self.framework.preserved_global_policy(), self.loaded.deserialization():
             yield
 
-    def runner(self, model: Any, path: str | None = None) -> KerasRunner:
+    def runner(self, model: KerasModel, path: str | None = None) -> KerasRunner:
         return KerasRunner(model, self.signature, path or self.paths[0])
 
     def lint(self, context: Context, options: RewriteOptions) -> tuple[Lint, RewriteOptions]:
@@ -191,7 +193,7 @@ class KerasKind(ModelKind[Any, Rewritten]):
         return keep_by_search(context, self.loaded, candidate, options, goal)
 
     def writers(
-        self, model: Any, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions
+        self, model: KerasModel, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions
     ) -> list[Writer]:
         signature = self.signature
         writers: list[Writer] = []
@@ -251,7 +253,7 @@ class KerasKind(ModelKind[Any, Rewritten]):
         return writers
 
     def onnx(
-        self, model: Any, path: Path, opset: int, io: str = "float32", external_data: int | None = None
+        self, model: KerasModel, path: Path, opset: int, io: str = "float32", external_data: int | None = None
     ) -> OnnxFile:
         from mpconvert.onnx.export import keras_to_onnx
 
@@ -262,7 +264,7 @@ class KerasKind(ModelKind[Any, Rewritten]):
         names = tuple(spec.name for spec in self.signature.inputs)
         return OnnxFile(exported, names, tuple(spec.name for spec in self.signature.outputs))
 
-    def output_bytes(self, model: Any, kinds: Sequence[str]) -> int:
+    def output_bytes(self, model: KerasModel, kinds: Sequence[str]) -> int:
         """The weights once per file that holds them: a SavedModel and a .keras file keep float32
         variables, the ONNX file 16-bit weights (half)."""
         weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
@@ -274,7 +276,9 @@ class KerasKind(ModelKind[Any, Rewritten]):
         return int(weights * copies) + OVERHEAD
 
 
-def write_savedmodel(model: Any, framework: Framework, signature: Signature, path: Path, empty: str = "branch") -> None:
+def write_savedmodel(
+    model: KerasModel, framework: Framework, signature: Signature, path: Path, empty: str = "branch"
+) -> None:
     """`empty`: how the serving signature takes an empty request (emptybatch.py): "branch" answers it
     without running 16-bit kernels that fail on it; "pad" runs it on one row of zeros, for LiteRT."""
     serve = serving_fn(model, signature)
@@ -297,7 +301,7 @@ def write_savedmodel(model: Any, framework: Framework, signature: Signature, pat
         model.save(str(path), save_format="tf", include_optimizer=False, signatures=signatures)
 
 
-def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> None:
+def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: KerasModel) -> None:
     """A tf-keras SavedModel must reload as the same Keras model, per-layer policies included.
 
     Nothing the user gave can break this, so a difference is mpconvert's bug
@@ -313,7 +317,7 @@ def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: An
         )
 
 
-def refuse_string_outputs(model: Any, signature: Signature) -> None:
+def refuse_string_outputs(model: KerasModel, signature: Signature) -> None:
     """A model that returns text (StringLookup(invert=True)) is refused, naming the output and its layer.
 
     Validation, the gate and every artifact's parity compare outputs as
