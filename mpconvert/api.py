@@ -32,6 +32,7 @@ from mpconvert.system.hooks import Hooks
 from mpconvert.system.usercode import importing_from
 
 if TYPE_CHECKING:
+    from mpconvert.kinds.base import PaddingPlan
     from mpconvert.report.report import Report
 
 
@@ -199,7 +200,7 @@ class Inspection:
     source: dict  # as the report's JSON form: path, name, parameters, format, loader, inputs, outputs
     policy: str
     layers: tuple  # LayerDecision per layer, the lint's keeps included
-    padding: Any  # a PadPlan, or None with pad_multiple=0
+    padding: PaddingPlan | None  # None with pad_multiple=0
     lint: Any = None  # a lint.Lint: findings with their numbers (None with auto_keep="off")
 
 

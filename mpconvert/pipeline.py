@@ -14,9 +14,10 @@ then into a staged output folder (`save`):
 Each stage is a method of the loaded model's kind (kinds/: a Keras model,
 a plain SavedModel's frozen graph) or a function with explicit inputs that
 returns a result object; this module only wires them together and times
-them. A stage the kind cannot do (`kinds.Capability`) is skipped, and the
-report's `skipped` says which and why. The CLI, the Python API and batch
-workers all run these functions.
+them. A stage not every kind can do (`kinds.Capability`) is asked of the
+kind first (`finetuner()`, `padder()`, ...): where it answers `Unavailable`,
+the stage is skipped and the report's `skipped` says which and why. The
+CLI, the Python API and batch workers all run these functions.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -39,8 +40,7 @@ from mpconvert.data.rows import DataSource, EvalData, evaluation_data
 from mpconvert.export.formats import FORMATS, export_all
 from mpconvert.export.tracking import SKIPPED_STAGE, Tracker
 from mpconvert.export.tracking import start as start_tracking
-from mpconvert.keras.pad import PadPlan
-from mpconvert.kinds import Capability, ModelKind, Plan, open_model
+from mpconvert.kinds import Capability, ModelKind, PaddingPlan, Plan, Unavailable, available, open_model
 from mpconvert.numerics.search import Goal, passes
 from mpconvert.options.artifact_kinds import ArtifactKind
 from mpconvert.options.convert import ConvertOptions
@@ -90,6 +90,7 @@ from mpconvert.system.usercode import module_file, user_folder
 from mpconvert.system.writing import reported_at, write_text, writing
 
 log = logging.getLogger("mpconvert")
+M = TypeVar("M")  # the model type of the kind at hand
 
 __all__ = ["Converted", "Hooks", "Inspected", "convert", "convert_and_save", "inspect", "save"]
 
@@ -116,9 +117,9 @@ class _Clock:
 class Converted:
     """An in-memory conversion: the model to export and its report so far (no artifacts)."""
 
-    model: Any  # padded when the padding proof passed, else the rewritten model
+    model: Any  # the kind's model: padded when the padding proof passed, else the rewritten model
     plan: Plan
-    source: ModelKind  # the loaded float32 model and its kind
+    source: ModelKind[Any, Any]  # the loaded float32 model and its kind
     context: Context
     report: Report
     inputs: tuple[Path, ...]  # files the run read, which no output may overwrite
@@ -168,7 +169,7 @@ def provenance(options: ConvertOptions, data: EvalData) -> Provenance:
     )
 
 
-def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -> tuple[Skipped, ...]:
+def skipped_stages(source: ModelKind[Any, Any], options: ConvertOptions, data: EvalData) -> tuple[Skipped, ...]:
     """The stages these options would run that the model's kind cannot do, and why.
 
     A fine-tune asked for in so many steps is refused instead: the user
@@ -180,13 +181,15 @@ def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -
         Capability.PAD: bool(options.pad.multiple),
         Capability.ACTIVATION_MEMORY: options.speed,
     }
-    return tuple(Skipped(str(c), source.lacks[c]) for c, on in wanted.items() if on and not source.can(c))
+    lacking = source.lacking()
+    return tuple(Skipped(str(c), lacking[c]) for c, on in wanted.items() if on and c in lacking)
 
 
-def _refuse_unable(source: ModelKind, options: ConvertOptions) -> None:
-    if options.finetune.steps and not source.can(Capability.FINETUNE):
+def _refuse_unable(source: ModelKind[Any, Any], options: ConvertOptions) -> None:
+    finetuner = source.finetuner()
+    if options.finetune.steps and isinstance(finetuner, Unavailable):
         raise MpconvertError(
-            f"{options.load.path}: {source.lacks[Capability.FINETUNE]}",
+            f"{options.load.path}: {finetuner.reason}",
             hint="pass --finetune-steps 0 (the default when the data has no training split)",
         )
 
@@ -195,9 +198,9 @@ def _refuse_unable(source: ModelKind, options: ConvertOptions) -> None:
 class Inspected:
     """What `inspect` found: the loaded model, the per-unit plan, the padding plan and the lint."""
 
-    source: ModelKind
+    source: ModelKind[Any, Any]
     plan: Plan
-    padding: PadPlan | None
+    padding: PaddingPlan | None
     lint: Lint | None = None  # the numeric lint's findings (None with --auto-keep off)
 
 
@@ -210,9 +213,10 @@ def inspect(options: ConvertOptions) -> Inspected:
     layer changes what can be padded.
     """
     source = open_model(options.load)
-    if not source.can(Capability.INSPECT):
+    inspector = source.inspector()
+    if isinstance(inspector, Unavailable):
         raise MpconvertError(
-            f"{options.load.path} {source.lacks[Capability.INSPECT]}",
+            f"{options.load.path} {inspector.reason}",
             hint="convert it with the main command, or re-save the model from the code that built it with "
             "model.save('model.keras')",
         )
@@ -223,10 +227,11 @@ def inspect(options: ConvertOptions) -> Inspected:
             metrics = (Metric.ACCURACY,) * len(source.tasks)
             context = Context(source.signature, source.tasks, metrics, data, options.precision)
             found, rewrite_options = source.lint(context, rewrite_options)
-        if not options.pad.multiple or not source.can(Capability.PAD):
-            return Inspected(source, source.plan(rewrite_options), None, found)
+        padder = available(source.padder()) if options.pad.multiple else None
+        if padder is None:
+            return Inspected(source, inspector.plan(rewrite_options), None, found)
         rewritten = source.rewrite(rewrite_options, proof_rows(data))
-        padding = source.padding_plan(rewritten.model, options.pad)
+        padding = padder.plan(rewritten.model, options.pad)
     return Inspected(source, rewritten.plan, padding, found)
 
 
@@ -256,7 +261,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
     context = Context(source.signature, source.tasks, metrics, data, precision)
     inputs = list(data.validation.inputs)
     finetune_options = options.finetune.resolved(has_train=data.train is not None)
-    tune = bool(finetune_options.steps) and source.can(Capability.FINETUNE)
+    finetuner = available(source.finetuner()) if finetune_options.steps else None
     reference: list[np.ndarray] = []  # the float32 model's validation outputs, run once
     slow: list = []  # the slow-kernel guard's finding, after the first rewrite
     if pending:
@@ -274,9 +279,11 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
                 original, converted = source.runner(source.original), source.runner(candidate.model)
                 slow.append(guard(precision.name, original, converted, inputs, options.speed_batch, hooks.may_restart))
         tuning = None
-        if tune:
+        if finetuner is not None:
             with clock.stage("finetune"):
-                tuning = source.finetune(context, candidate.model, finetune_options, options.seed, hooks.finetune_step)
+                tuning = finetuner.finetune(
+                    context, candidate.model, finetune_options, options.seed, hooks.finetune_step
+                )
         with clock.stage("validate"):
             if not reference:
                 reference.extend(source.runner(source.original).run(inputs).outputs)
@@ -298,23 +305,21 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
             if searched.validation is not None:
                 candidate, tuning, validation = convert_with(rewrite_options)
         model, padding = candidate.model, None
-        if options.pad.multiple and source.can(Capability.PAD):
+        padder = available(source.padder()) if options.pad.multiple else None
+        if padder is not None:
             with clock.stage("pad"):
                 rows = [x[: options.pad.proof_samples] for x in inputs]
-                padding = source.pad(candidate.model, options.pad, rows, precision)
+                padding = padder.pad(candidate.model, options.pad, rows, precision)
                 model = padding.model
         speed = padded_cost = None
         if options.speed:
+            meter = available(source.activation_memory_meter())
             with clock.stage("speed"):
                 speed = measure_speed(
                     {path: (source.runner(source.original, path), source.runner(model, path)) for path in source.paths},
                     inputs,
                     batch=options.speed_batch,
-                    memory=(
-                        (lambda rows: source.activation_memory(model, options.speed_batch, rows))
-                        if source.can(Capability.ACTIVATION_MEMORY)
-                        else None
-                    ),
+                    memory=(lambda rows: meter.measure(model, options.speed_batch, rows)) if meter else None,
                 )
                 if model is not candidate.model:  # padded: what its pad/slice ops cost here
                     serving = source.paths[-1]
@@ -344,7 +349,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
 
 
 def export(
-    source: ModelKind, model: Any, inputs: list[np.ndarray], out: Path, options: ExportOptions
+    source: ModelKind[M, Any], model: M, inputs: list[np.ndarray], out: Path, options: ExportOptions
 ) -> list[Artifact]:
     """Every requested artifact of `model` under `out`, each re-run on the first validation rows."""
     rows = [x[: options.parity_samples] for x in inputs]
@@ -354,7 +359,7 @@ def export(
     )
 
 
-def golden_rows(source: ModelKind, model: Any, inputs: list[np.ndarray], out: Path) -> Golden:
+def golden_rows(source: ModelKind[M, Any], model: M, inputs: list[np.ndarray], out: Path) -> Golden:
     """golden.npz under `out`: the first validation rows with the float32 and the converted model's outputs."""
     rows = [x[:GOLDEN_ROWS] for x in inputs]
     found = GoldenRows(rows, source.runner(source.original).run(rows).outputs, source.runner(model).run(rows).outputs)
@@ -362,7 +367,9 @@ def golden_rows(source: ModelKind, model: Any, inputs: list[np.ndarray], out: Pa
     return Golden.of(out, GOLDEN_NAME, found.rows)
 
 
-def bench_onnx(source: ModelKind, converted: Path, inputs: list[np.ndarray], batch: int, opset: int) -> PathSpeed:
+def bench_onnx(
+    source: ModelKind[Any, Any], converted: Path, inputs: list[np.ndarray], batch: int, opset: int
+) -> PathSpeed:
     """The written ONNX file against a float32 ONNX export of the original (one more export, removed after).
 
     Both are opened as the float32 export records them: the two files of one signature take the same names.

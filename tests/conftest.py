@@ -99,6 +99,27 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+@pytest.fixture
+def broken_kernel(tmp_path, monkeypatch):
+    """A 16-bit kernel broken while oneDNN's rewrites are on (tests/broken_kernels.py), on any machine.
+
+    The one seam for it: the kernel probe's cache and a custom layer that
+    hangs, both read where the product reads them, in whichever process
+    (the probe and the doctor's timing child are children of the command).
+    `env` carries them to the commands a test runs; this process gets them too.
+    """
+    from broken_kernels import BrokenKernel
+
+    from mpconvert.speed.kernel_probe import CACHE_ENV
+
+    cache = tmp_path / "kernel-probe-cache"
+    here = str(Path(__file__).parent)  # where `--import broken_kernels` finds the layer, in any child
+    env = {CACHE_ENV: str(cache), "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return BrokenKernel(cache, env)
+
+
 def refused(result, out, *needles: str) -> str:
     """Exit 1 with one error and one fix line holding the needles, and nothing written."""
     err = result.stderr

@@ -301,13 +301,16 @@ def test_the_main_help_names_every_model_format_detect_format_accepts(accepted):
     assert not missing, f"`mpconvert --help` does not name: {missing}"
 
 
-def test_inspect_and_doctor_say_which_models_they_take(accepted):
-    from mpconvert.graph.kind import GraphKind
-    from mpconvert.kinds import Capability
+def test_inspect_and_doctor_say_which_models_they_take(accepted, tmp_path):
+    import graph_models
+
+    from mpconvert.kinds import Capability, open_model
+    from mpconvert.options.convert import LoadOptions
 
     for command in ("inspect", "doctor"):
         text = help_text(command)
         missing = [s for s in [*accepted.by_suffix, *accepted.distinguishing] if s not in text]
         assert not missing, f"`mpconvert {command} --help` does not name: {missing}"
-    refuses = Capability.INSPECT in GraphKind.lacks
+    graph = open_model(LoadOptions(graph_models.two_matmuls(tmp_path / "graph")))
+    refuses = Capability.INSPECT in graph.lacking()
     assert ("refused" in help_text("inspect")) == refuses, "inspect's help must say whether it refuses graph models"

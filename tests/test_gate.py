@@ -872,6 +872,22 @@ def test_the_rebuild_line_claims_a_reproduction_only_where_its_figures_show_one(
     assert f"  rebuild: {line}\n" in capsys.readouterr().out
 
 
+def test_the_summary_names_each_format_and_what_its_proof_compared(capsys):
+    # The words come from the model format (data/formats.py), not from a table keyed on format names here.
+    from mpconvert.render import describe_source, render_summary
+
+    source = {**make_report()["source"], "path": "models/served", "format": "graph", "loader": "tensorflow"}
+    render_summary(stored(make_report(source=source, fidelity={"rows": 256, "max_abs_diff": 0.0, "limit": 1e-6})))
+    out = capsys.readouterr().out
+    assert "models/served (SavedModel without Keras metadata, as a frozen graph, tensorflow) ->" in out
+    assert (
+        "  rebuild: the frozen graph reproduces the SavedModel's signature (max |diff| 0 <= 1e-06 on 256 rows)\n" in out
+    )
+    assert describe_source({**source, "format": "h5", "loader": "tf_keras"}) == "models/served (.h5 file, tf-keras)"
+    # A format a newer mpconvert wrote: its own name.
+    assert describe_source({**source, "format": "openvino"}) == "models/served (openvino, tensorflow)"
+
+
 # A random-weight language model: the float32 model gets 1 of 586 tokens right; the converted, fine-tuned one
 # loses it and gets 19 others right.
 ONE_RIGHT = dict(

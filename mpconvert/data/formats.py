@@ -4,7 +4,8 @@ A closed set, so an Enum: the report's `source.format` holds its value.
 A Keras model's units are layers; a SavedModel without Keras metadata is
 converted as a frozen graph, whose units are its compute nodes. Every
 message that counts units (the summary, the gate, report.html) reads the
-word from here rather than testing the format. `detect_format` reads a
+word from here rather than testing the format, and so do the summary's name
+for each format and what its float32 proof compares. `detect_format` reads a
 file's format from its name and, for a folder, its files: no framework.
 """
 
@@ -37,13 +38,43 @@ class ModelFormat(StrEnum):
     def units(self) -> str:
         return self.unit + "s"
 
+    @property
+    def description(self) -> str:
+        """What the summary calls a model read in this format."""
+        return _DESCRIPTIONS[self]
+
+    @property
+    def proof(self) -> tuple[str, str]:
+        """What the float32 fidelity proof compares: (what was built, what it must reproduce).
+
+        A frozen graph is proven against its own SavedModel's signature; every
+        other format's float32 rebuild against the loaded original.
+        """
+        if self is ModelFormat.GRAPH:
+            return ("the frozen graph", "the SavedModel's signature")
+        return ("the float32 rebuild", "the original")
+
+
+_DESCRIPTIONS = {
+    ModelFormat.KERAS: ".keras file",
+    ModelFormat.H5: ".h5 file",
+    ModelFormat.SAVEDMODEL: "Keras SavedModel",
+    ModelFormat.OBJECT: "in-memory model",
+    ModelFormat.GRAPH: "SavedModel without Keras metadata, as a frozen graph",
+}
+
+
+def known_format(format_name: str | None) -> ModelFormat | None:
+    """A report's `source.format` as a ModelFormat; None for a format this version does not know."""
+    try:
+        return ModelFormat(format_name or "")
+    except ValueError:
+        return None
+
 
 def units_of(format_name: str | None) -> str:
     """The unit word (plural) for a report's `source.format`; layers for a format this version does not know."""
-    try:
-        return ModelFormat(format_name or "").units
-    except ValueError:
-        return ModelFormat.KERAS.units
+    return (known_format(format_name) or ModelFormat.KERAS).units
 
 
 def detect_format(path: Path) -> ModelFormat:

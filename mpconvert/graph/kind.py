@@ -2,13 +2,14 @@
 
 Keras 3's `model.export()`, `tf.saved_model.save` of a tf.Module, TF Hub
 and TF Serving models carry no Keras layers: one serving signature is
-frozen into a GraphDef (frozen/freeze.py), which must reproduce the
+frozen into a GraphDef (freeze.py), which must reproduce the
 signature before anything else (the float32 fidelity proof); the rewrite
-is the allow/infer/deny 16-bit pass over its nodes (frozen/rewrite.py),
+is the allow/infer/deny 16-bit pass over its nodes (rewrite.py),
 the numeric lint keeps nodes whose float32 outputs pass the 16-bit range
 (with their readers), and the accuracy-driven search ranks nodes
-(frozen/search.py). Fine-tuning and padding need Keras layers: this kind
-lacks them, and the pipeline says so. The speed stage and the slow-kernel
+(search.py). Fine-tuning, padding, activation memory and `mpconvert
+inspect` need Keras layers: this kind answers each with the reason it
+lacks it (`Unavailable`), and the pipeline says so. The speed stage and the slow-kernel
 probe time the imported serving graph, which the exported SavedModel runs.
 """
 
@@ -19,7 +20,6 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from mpconvert.export.formats.litert import write_litert
 from mpconvert.graph.freeze import FrozenGraph
 from mpconvert.graph.rewrite import PASS_THROUGH, NodeDecision, candidates, overflowing, rewrite_graph
 from mpconvert.graph.search import search_nodes
-from mpconvert.kinds.base import Capability, ModelKind
+from mpconvert.kinds.base import ModelKind, Unavailable
 from mpconvert.numerics.search import Goal, Search, search_reason
 from mpconvert.options.artifact_kinds import ArtifactKind
 from mpconvert.options.export import ExportOptions
@@ -90,16 +90,19 @@ def tasks_of_graph(model: FrozenGraph) -> tuple[Task, ...]:
     return tuple(tasks)
 
 
-class GraphKind(ModelKind):
+# Why this kind lacks each stage that needs Keras layers (the report's `skipped`, and the refusals).
+NO_FINETUNE = Unavailable(f"{_NO_LAYERS}, which cannot be fine-tuned")
+NO_PAD = Unavailable(f"{_NO_LAYERS}: padding rewrites Keras layers")
+NO_ACTIVATION_MEMORY = Unavailable(f"{_NO_LAYERS}: activation memory is computed from layer shapes")
+NO_INSPECT = Unavailable(
+    "is a SavedModel without Keras metadata (no keras_metadata.pb): it has no Keras layers "
+    "to inspect; the main command converts it at graph level (mpconvert MODEL --policy ...)"
+)
+
+
+class GraphKind(ModelKind[FrozenGraph, GraphCandidate]):
     format = ModelFormat.GRAPH
     paths = ("savedmodel",)
-    lacks = {
-        Capability.FINETUNE: f"{_NO_LAYERS}, which cannot be fine-tuned",
-        Capability.PAD: f"{_NO_LAYERS}: padding rewrites Keras layers",
-        Capability.ACTIVATION_MEMORY: f"{_NO_LAYERS}: activation memory is computed from layer shapes",
-        Capability.INSPECT: "is a SavedModel without Keras metadata (no keras_metadata.pb): it has no Keras layers "
-        "to inspect; the main command converts it at graph level (mpconvert MODEL --policy ...)",
-    }
     limits = LIMITS
 
     def __init__(self, original: FrozenGraph, path: Path):
@@ -108,6 +111,18 @@ class GraphKind(ModelKind):
         self.signature = original.signature
         self.tasks = tasks_of_graph(original)
         self._fidelity: Fidelity | None = None
+
+    def finetuner(self) -> Unavailable:
+        return NO_FINETUNE
+
+    def padder(self) -> Unavailable:
+        return NO_PAD
+
+    def activation_memory_meter(self) -> Unavailable:
+        return NO_ACTIVATION_MEMORY
+
+    def inspector(self) -> Unavailable:
+        return NO_INSPECT
 
     def describe(self, path: Path | None) -> Source:
         names = [spec.name for spec in self.signature.inputs]
@@ -121,7 +136,7 @@ class GraphKind(ModelKind):
             outputs=self.signature.outputs,
         )
 
-    def runner(self, model: Any, path: str | None = None) -> GraphRunner:
+    def runner(self, model: FrozenGraph, path: str | None = None) -> GraphRunner:
         # One way to run whatever the path: the imported serving graph, which the exported SavedModel serves.
         return model.runner
 
@@ -140,9 +155,6 @@ class GraphKind(ModelKind):
         return Lint(len(rows[0]), findings), dataclasses.replace(
             options, auto_keep=options.auto_keep + tuple(keep.items())
         )
-
-    def plan(self, options: RewriteOptions) -> GraphPlan:
-        return self._rewritten(options)[1]
 
     def _rewritten(self, options: RewriteOptions) -> tuple[FrozenGraph, GraphPlan]:
         precision = Precision.of(options.policy)
@@ -177,7 +189,7 @@ class GraphKind(ModelKind):
     def search(
         self,
         context: Context,
-        candidate: Any,
+        candidate: GraphCandidate,
         options: RewriteOptions,
         goal: Goal,
     ) -> tuple[Search, RewriteOptions]:
@@ -193,11 +205,11 @@ class GraphKind(ModelKind):
         reason = search_reason(goal.before, found.validation)
         return found, dataclasses.replace(options, auto_keep=options.auto_keep + tuple((k, reason) for k in found.kept))
 
-    def writes(self, model: Any, rows: list[np.ndarray]) -> GraphWrites:
+    def writes(self, model: FrozenGraph, rows: list[np.ndarray]) -> GraphWrites:
         return GraphWrites(self, model)
 
     def onnx(
-        self, model: Any, path: Path, opset: int, io: str = "float32", external_data: int | None = None
+        self, model: FrozenGraph, path: Path, opset: int, io: str = "float32", external_data: int | None = None
     ) -> OnnxFile:
         """A frozen graph holds its weights as constants: one file (`external_data` applies to Keras models)."""
         from mpconvert.onnx.export import graph_to_onnx
@@ -212,7 +224,7 @@ class GraphKind(ModelKind):
         name = onnx_node.partition(":")[0]
         return name if name in set(candidates(self.original.graph_def)) else None
 
-    def output_bytes(self, model: Any, kinds: Sequence[str]) -> int:
+    def output_bytes(self, model: FrozenGraph, kinds: Sequence[str]) -> int:
         """The frozen graph once per artifact that holds it."""
         return int(model.graph_def.ByteSize() * (("savedmodel" in kinds) + ("onnx" in kinds))) + OVERHEAD
 

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from mpconvert.keras.rewrite import (
     with_sublayers,
 )
 from mpconvert.keras.trace import mask_zero_inputs, output_layers, sublayers
-from mpconvert.kinds.base import Capability, ModelKind
+from mpconvert.kinds.base import ModelKind
 from mpconvert.numerics.search import Goal, Search
 from mpconvert.onnx.graph_checks import layer_of
 from mpconvert.options.artifact_kinds import ArtifactKind
@@ -58,6 +58,9 @@ from mpconvert.report.sections import Source
 from mpconvert.runners.keras import KerasRunner, input_specs, serving_fn
 from mpconvert.runners.savedmodel import DEFAULT_SIGNATURE
 from mpconvert.system.errors import MpconvertError
+
+# A Keras 3 or tf-keras model: neither ships type information, so the kind's model type is Any, by name.
+KerasModel: TypeAlias = Any
 
 
 def _kind(activation: str | None) -> TaskKind:
@@ -75,7 +78,7 @@ def _activation_of(layer: Any) -> str | None:
     return activation if isinstance(activation, str) else getattr(activation, "__name__", None)
 
 
-def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
+def tasks_of(model: KerasModel, signature: Signature) -> tuple[Task, ...]:
     """What each output means (softmax, sigmoid or regression), in the signature's order, and a sequence
     output's padding input (tasks.padding_of)."""
     if len(signature.outputs) == 1:
@@ -94,9 +97,55 @@ def tasks_of(model: Any, signature: Signature) -> tuple[Task, ...]:
     )
 
 
-class KerasKind(ModelKind):
+@dataclass(frozen=True)
+class KerasFinetuner:
+    """Fine-tuning with loss scaling where the policy needs it (finetune.py)."""
+
+    loaded: Loaded
+
+    def finetune(
+        self, context: Context, model: KerasModel, options: FinetuneOptions, seed: int, on_step: StepCallback | None
+    ) -> Finetune:
+        return finetune(context, self.loaded, model, options, seed, on_step)
+
+
+@dataclass(frozen=True)
+class KerasPadder:
+    """Tensor-Core padding of layer widths (pad/), with its equivalence proof."""
+
+    framework: Framework
+
+    def pad(self, model: KerasModel, options: PadOptions, rows: list[np.ndarray], precision: Precision) -> Padding:
+        return pad(model, self.framework, options, rows, precision)
+
+    def plan(self, model: KerasModel, options: PadOptions) -> PadPlan:
+        return plan_model_padding(model, self.framework, options)
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """Activation memory: measured on a GPU, else computed from every layer's output shape (activation_memory.py)."""
+
+    original: KerasModel
+    signature: Signature
+
+    def measure(self, model: KerasModel, batch: int, rows: list[np.ndarray]) -> dict:
+        return activation_memory(self.original, model, batch, inputs=rows, signature=self.signature)
+
+
+@dataclass(frozen=True)
+class LayerPlanner:
+    """`mpconvert inspect`'s per-layer plan, read from the model's config (nothing built)."""
+
+    original: KerasModel
+
+    def plan(self, options: RewriteOptions) -> Plan:
+        planned = plan_conversion(model_config(self.original), model_class(self.original), options)
+        return with_sublayers(planned, sublayers(self.original))
+
+
+class KerasKind(ModelKind[KerasModel, Rewritten]):
     paths = ("keras", "savedmodel")
-    lacks: dict[Capability, str] = {}
 
     def __init__(self, loaded: Loaded):
         self.loaded = loaded
@@ -110,6 +159,18 @@ class KerasKind(ModelKind):
     def framework(self) -> Framework:
         return self.loaded.framework
 
+    def finetuner(self) -> KerasFinetuner:
+        return KerasFinetuner(self.loaded)
+
+    def padder(self) -> KerasPadder:
+        return KerasPadder(self.framework)
+
+    def activation_memory_meter(self) -> LayerMemory:
+        return LayerMemory(self.original, self.signature)
+
+    def inspector(self) -> LayerPlanner:
+        return LayerPlanner(self.original)
+
     def describe(self, path: Path | None) -> Source:
         return self.loaded.source(path)
 
@@ -118,15 +179,11 @@ class KerasKind(ModelKind):
         with self.framework.preserved_global_policy(), self.loaded.deserialization():
             yield
 
-    def runner(self, model: Any, path: str | None = None) -> KerasRunner:
+    def runner(self, model: KerasModel, path: str | None = None) -> KerasRunner:
         return KerasRunner(model, self.signature, path or self.paths[0])
 
     def lint(self, context: Context, options: RewriteOptions) -> tuple[Lint, RewriteOptions]:
         return keep_by_lint(context, self.loaded, options)
-
-    def plan(self, options: RewriteOptions) -> Plan:
-        planned = plan_conversion(model_config(self.original), model_class(self.original), options)
-        return with_sublayers(planned, sublayers(self.original))
 
     def rewrite(self, options: RewriteOptions, rows: list[np.ndarray]) -> Rewritten:
         return rewrite(self.original, self.framework, options, rows)
@@ -134,31 +191,17 @@ class KerasKind(ModelKind):
     def search(
         self,
         context: Context,
-        candidate: Any,
+        candidate: Rewritten,
         options: RewriteOptions,
         goal: Goal,
     ) -> tuple[Search, RewriteOptions]:
         return keep_by_search(context, self.loaded, candidate, options, goal)
 
-    def finetune(
-        self, context: Context, model: Any, options: FinetuneOptions, seed: int, on_step: StepCallback | None
-    ) -> Finetune:
-        return finetune(context, self.loaded, model, options, seed, on_step)
-
-    def pad(self, model: Any, options: PadOptions, rows: list[np.ndarray], precision: Precision) -> Padding:
-        return pad(model, self.framework, options, rows, precision)
-
-    def padding_plan(self, model: Any, options: PadOptions) -> PadPlan:
-        return plan_model_padding(model, self.framework, options)
-
-    def activation_memory(self, model: Any, batch: int, inputs: list[Any]) -> dict | None:
-        return activation_memory(self.original, model, batch, inputs=inputs, signature=self.signature)
-
-    def writes(self, model: Any, rows: list[np.ndarray]) -> KerasWrites:
+    def writes(self, model: KerasModel, rows: list[np.ndarray]) -> KerasWrites:
         return KerasWrites(self, model, rows)
 
     def onnx(
-        self, model: Any, path: Path, opset: int, io: str = "float32", external_data: int | None = None
+        self, model: KerasModel, path: Path, opset: int, io: str = "float32", external_data: int | None = None
     ) -> OnnxFile:
         from mpconvert.onnx.export import keras_to_onnx
 
@@ -169,7 +212,7 @@ class KerasKind(ModelKind):
         names = tuple(spec.name for spec in self.signature.inputs)
         return OnnxFile(exported, names, tuple(spec.name for spec in self.signature.outputs))
 
-    def output_bytes(self, model: Any, kinds: Sequence[str]) -> int:
+    def output_bytes(self, model: KerasModel, kinds: Sequence[str]) -> int:
         """The weights once per file that holds them: a SavedModel and a .keras file keep float32
         variables, the ONNX file 16-bit weights (half)."""
         weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
@@ -186,7 +229,7 @@ class KerasWrites:
     """How a Keras model is written in each format (export/formats/)."""
 
     kind: KerasKind
-    model: Any
+    model: KerasModel
     rows: list[np.ndarray]
 
     @property
@@ -227,7 +270,9 @@ class KerasWrites:
             return write_litert(Path(tmp) / "float32", path, unit_of=lambda n: layer_of(n, float32), tables=tables)
 
 
-def write_savedmodel(model: Any, framework: Framework, signature: Signature, path: Path, empty: str = "branch") -> None:
+def write_savedmodel(
+    model: KerasModel, framework: Framework, signature: Signature, path: Path, empty: str = "branch"
+) -> None:
     """`empty`: how the serving signature takes an empty request (emptybatch.py): "branch" answers it
     without running 16-bit kernels that fail on it; "pad" runs it on one row of zeros, for LiteRT."""
     serve = serving_fn(model, signature)
@@ -250,7 +295,7 @@ def write_savedmodel(model: Any, framework: Framework, signature: Signature, pat
         model.save(str(path), save_format="tf", include_optimizer=False, signatures=signatures)
 
 
-def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: Any) -> None:
+def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: KerasModel) -> None:
     """A tf-keras SavedModel must reload as the same Keras model, per-layer policies included.
 
     Nothing the user gave can break this, so a difference is mpconvert's bug
@@ -266,7 +311,7 @@ def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: An
         )
 
 
-def refuse_string_outputs(model: Any, signature: Signature) -> None:
+def refuse_string_outputs(model: KerasModel, signature: Signature) -> None:
     """A model that returns text (StringLookup(invert=True)) is refused, naming the output and its layer.
 
     Validation, the gate and every artifact's parity compare outputs as

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mpconvert.data.formats import units_of
+from mpconvert.data.formats import ModelFormat, known_format, units_of
 from mpconvert.render.batch import BatchProgress, batch_markdown, batch_totals_line, render_batch, write_batch_junit
 from mpconvert.render.common import (
     Live,
@@ -62,24 +62,14 @@ __all__ = [
 ]
 
 NOT_WRITTEN = "(not written)"  # an artifact whose export failed
-FORMAT_NAMES = {
-    "keras": ".keras file",
-    "h5": ".h5 file",
-    "savedmodel": "Keras SavedModel",
-    "object": "in-memory model",
-    "graph": "SavedModel without Keras metadata, as a frozen graph",
-}
 LOADER_NAMES = {"keras": "Keras 3", "tf_keras": "tf-keras"}
-# What the float32 proof compared, by format: a frozen graph is proven against
-# its own signature, every other format's rebuild against the loaded original.
-PROOF_SUBJECTS = {"graph": ("the frozen graph", "the SavedModel's signature")}
-REBUILD_SUBJECT = ("the float32 rebuild", "the original")
 
 
 def describe_source(source: dict) -> str:
     """ "model.keras (.keras file, Keras 3)": what was converted, and by which Keras."""
     what = source.get("path") or f"model {source.get('name', '?')!r}"
-    kind = FORMAT_NAMES.get(source["format"], source["format"])
+    known = known_format(source["format"])
+    kind = known.description if known else source["format"]  # a format newer than this version: its name
     return f"{what} ({kind}, {LOADER_NAMES.get(source['loader'], source['loader'])})"
 
 
@@ -167,7 +157,7 @@ def render_summary(report: dict, stream: IO[str] | None = None, report_path: Pat
 
 def fidelity_line(fidelity: dict, model_format: str | None) -> str:
     """What the float32 proof found, from its figures: it claims a reproduction only where they show one."""
-    what, of = PROOF_SUBJECTS.get(model_format or "", REBUILD_SUBJECT)
+    what, of = (known_format(model_format) or ModelFormat.KERAS).proof
     diff, limit, rows = fidelity.get("max_abs_diff"), fidelity.get("limit"), fidelity.get("rows")
     if not rows:
         return f"{what} was not compared with {of}: no rows"
