@@ -40,6 +40,7 @@ from mpconvert.system.usercode import importing_from
 
 if TYPE_CHECKING:
     from mpconvert.report.report import Report
+    from mpconvert.report.sections import Source
 
 
 def _signature(keywords: Mapping[str, Keyword], *leading: Parameter) -> Signature:
@@ -114,8 +115,13 @@ class Conversion:
         return self._converted.model
 
     @property
+    def result(self) -> Report:
+        """The report, typed (artifacts appear once saved): what the gate judged, and every section."""
+        return self._report
+
+    @property
     def report(self) -> dict:
-        """The report, as report.json holds it (artifacts appear once saved)."""
+        """The report, as report.json holds it (artifacts appear once saved); `result` is the typed one."""
         return self._report.to_json()
 
     @property
@@ -203,11 +209,16 @@ def convert(
 class Inspection:
     """What a conversion would do, per layer: policies and padding, nothing converted."""
 
-    source: dict  # as the report's JSON form: path, name, parameters, format, loader, inputs, outputs
+    described: Source  # the model: path, name, parameters, format, loader, inputs, outputs
     policy: str
     layers: tuple  # LayerDecision per layer, the lint's keeps included
     padding: Any  # a PadPlan, or None with pad_multiple=0
     lint: Any = None  # a lint.Lint: findings with their numbers (None with auto_keep="off")
+
+    @property
+    def source(self) -> dict:
+        """The model as the report's JSON form describes it (what callers of earlier versions read)."""
+        return self.described.to_json()
 
 
 def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspection:
@@ -221,8 +232,7 @@ def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspe
 
     options = conversion_options(model, policy, **keywords)
     found = plan(options)
-    source = found.source.describe(options.load.path).to_json()
-    return Inspection(source, policy, found.plan.rows, found.padding, found.lint)
+    return Inspection(found.source.describe(options.load.path), policy, found.plan.rows, found.padding, found.lint)
 
 
 def check(report: dict | str | Path, **thresholds: Any) -> dict:

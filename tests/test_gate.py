@@ -383,10 +383,10 @@ def test_a_baseline_must_measure_the_same_metric(tmp_path):
 # --- JUnit and Markdown -------------------------------------------------------
 
 
-def failing_report() -> dict:
+def failing_report() -> Report:
     report = make_report(validation={"agreement": 0.9})
     report["artifacts"][1]["max_abs_diff"] = 0.5
-    return stored(report, thresholds())
+    return typed(report, thresholds())
 
 
 def test_junit_parses_with_junitparser_and_names_the_failures(tmp_path):
@@ -431,7 +431,7 @@ def test_junit_has_the_elements_the_schema_requires(tmp_path):
 
 
 def test_junit_of_a_passing_report_has_no_failures(tmp_path):
-    write_junit(stored(make_report(), thresholds(max_drop=0.02)), tmp_path / "junit.xml")
+    write_junit(typed(make_report(), thresholds(max_drop=0.02)), tmp_path / "junit.xml")
     (suite,) = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
     assert suite.tests == 5 and suite.failures == 0 and all(case.is_passed for case in suite)
 
@@ -460,7 +460,7 @@ def test_markdown_escapes_table_pipes_and_says_when_accuracy_was_not_measured():
         "problem": "loss | nan",
         "advice": None,
     }
-    text = markdown(stored(report))
+    text = markdown(typed(report))
     assert "**Accuracy not measured**" in text and "on 64 generated inputs" in text
     # In a table cell a bare "|" would start a new cell.
     assert "| fine-tune health | ❌ **fail** | stopped after 1 of 50 steps: loss \\| nan |" in text
@@ -571,7 +571,7 @@ def test_check_judges_old_reports_by_agreement_and_new_ones_by_harm(tmp_path):
 
 
 def test_markdown_mentions_harmed_and_fixed_with_labels():
-    text = markdown(stored(labelled(**README_EXAMPLE), thresholds(max_drop=0.02)))
+    text = markdown(typed(labelled(**README_EXAMPLE), thresholds(max_drop=0.02)))
     assert (
         "Predictions agree on 97.56% (3 harmed, 8 fixed: kept 99.32% of the 440 rows the float32 model got right, "
         "min 95.00%)."
@@ -852,7 +852,7 @@ def test_drift_and_agreement_without_rows_are_not_judged():
 def test_the_rebuild_line_claims_a_reproduction_only_where_its_figures_show_one(fidelity, line, capsys):
     from mpconvert.render import render_summary
 
-    report = stored(make_report(fidelity=fidelity))
+    report = typed(make_report(fidelity=fidelity))
     render_summary(report)
     assert f"  rebuild: {line}\n" in capsys.readouterr().out
 

@@ -18,6 +18,7 @@ from conftest import SAMPLES, invoke
 
 from mpconvert.cli import cli
 from mpconvert.render.html import report_page
+from mpconvert.report.report import Report
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 CANCER_DATA = SAMPLES / "data" / "breast_cancer.npz"
@@ -74,7 +75,7 @@ def test_pages_name_no_address_and_escape_what_the_model_names(converted):
     hostile = json.loads(json.dumps(report))
     hostile["layers"][1]["name"] = "<script>alert(1)</script>"
     hostile["source"]["path"] = "/models/<img src=x onerror=alert(1)>.keras"
-    rendered = report_page(hostile)
+    rendered = report_page(Report.from_json(hostile))
     assert "<script>alert(1)</script>" not in rendered and "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered
     assert "<img src=x" not in rendered
 
@@ -231,8 +232,8 @@ def test_each_check_shows_the_same_few_figures_in_the_terminal_markdown_and_page
     out, report, _ = converted
     page = text_of((out / "report.html").read_text())
     terminal = io.StringIO()
-    render_summary(report, terminal)
-    summary = markdown(report).replace("\\|", "|")
+    render_summary(Report.from_json(report), terminal)
+    summary = markdown(Report.from_json(report)).replace("\\|", "|")
     checks = {c["name"]: c["values"] for c in report["gate"]["checks"]}
     onnx = checks["artifact parity: onnx"]
     sizes = [b["rows"] for b in onnx["batches"]]

@@ -143,9 +143,7 @@ def convert_command(model, policy, out, force, conversion, tracking, junit, summ
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
             hooks = dataclasses.replace(display.hooks(), may_restart=restart_allowed())
             report, written = convert_and_save(options, save, hooks)
-        outputs.emit(
-            report.to_json(), f"{written}/{REPORT_NAME}" if isinstance(written, str) else written / REPORT_NAME
-        )
+        outputs.emit(report, f"{written}/{REPORT_NAME}" if isinstance(written, str) else written / REPORT_NAME)
         return report.exit_code
 
     sys.exit(run_action(debug, action))
@@ -214,12 +212,11 @@ def check_command(report_file, junit, summary, as_json, html, quiet, debug, **th
         from mpconvert.report.read import read_report
 
         report = recheck(read_report(report_file), gate_options(**thresholds))
-        stored = report.to_json()
         if html:
             from mpconvert.render.html import write_report_page
 
-            write_report_page(stored, html)
-        outputs.emit(stored, report_file)
+            write_report_page(report, html)
+        outputs.emit(report, report_file)
         return report.exit_code
 
     sys.exit(run_action(debug, action))

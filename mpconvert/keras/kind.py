@@ -26,6 +26,7 @@ from mpconvert.export.artifacts import OVERHEAD, OnnxFile, Writer, litert_parity
 from mpconvert.export.litert import builtin_tables, write_litert
 from mpconvert.export.serving import guarded, padded
 from mpconvert.keras.activation_memory import activation_memory
+from mpconvert.report.sections.speed import ActivationMemory
 from mpconvert.keras.autokeep import keep_by_lint, keep_by_search
 from mpconvert.keras.configs import model_class, model_config
 from mpconvert.keras.finetune import Finetune, StepCallback, finetune
@@ -145,7 +146,7 @@ class KerasKind(ModelKind):
     def padding_plan(self, model: Any, options: PadOptions) -> PadPlan:
         return plan_model_padding(model, self.framework, options)
 
-    def activation_memory(self, model: Any, batch: int, inputs: list[Any]) -> dict | None:
+    def activation_memory(self, model: Any, batch: int, inputs: list[Any]) -> ActivationMemory | None:
         return activation_memory(self.original, model, batch, inputs=inputs, signature=self.signature)
 
     def writers(

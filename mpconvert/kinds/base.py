@@ -32,6 +32,7 @@ from mpconvert.numerics.search import Goal, Search
 from mpconvert.options.convert import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from mpconvert.options.precision import Precision
 from mpconvert.report.sections import Fidelity, Finetune, Layer, Lint, Source
+from mpconvert.report.sections.speed import ActivationMemory
 from mpconvert.runners.base import Runner
 from mpconvert.system.hooks import StepCallback
 
@@ -148,7 +149,7 @@ class ModelKind(ABC):
         """What `pad` would pad in the converted `model` (for `mpconvert inspect`), nothing built."""
         raise NotImplementedError(self.lacks.get(Capability.PAD, "padding"))
 
-    def activation_memory(self, model: Any, batch: int, inputs: list[Any]) -> dict | None:
+    def activation_memory(self, model: Any, batch: int, inputs: list[Any]) -> ActivationMemory | None:
         """The converted `model`'s activation memory against the original's at `batch` rows."""
         raise NotImplementedError(self.lacks.get(Capability.ACTIVATION_MEMORY, "activation memory"))
 

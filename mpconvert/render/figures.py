@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from mpconvert.report.checks import Check
+
 
 def _g(value: Any) -> str:
     """A figure, short: 0.00031, 1.09e-11, 143, n/a."""
@@ -122,9 +124,14 @@ _BY_KEY: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
 )
 
 
-def check_figures(check: Mapping[str, Any]) -> str:
-    """The few figures of a check (its JSON form), in one line."""
-    values = check.get("values") or {}
+def parity_limit(check: Check) -> float | None:
+    """The tolerance an artifact parity check applied (None for a kind it knows none for)."""
+    return check.values.get("limit")
+
+
+def check_figures(check: Check) -> str:
+    """The few figures of a check, in one line (from its values' JSON form: what report.json shows)."""
+    values = check.to_json()["values"] or {}
     for key, shown in _BY_KEY:
         if key in values:
             try:

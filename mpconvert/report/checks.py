@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from mpconvert.report.sections.base import native
 
 POLICY_REWRITE = "policy rewrite"
 FINETUNE_HEALTH = "fine-tune health"
@@ -26,3 +28,7 @@ class Check:
     passed: bool
     message: str  # one line with the numbers, e.g. "accuracy 0.9620 -> 0.9480, drop 0.0140 > max 0.0050"
     values: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Its entry in report.json's gate.checks (Enums among its values as their strings, NaN as null)."""
+        return native(asdict(self))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from mpconvert.data.formats import INPUT_LAYER, units_of
@@ -81,7 +81,7 @@ class GateResult:
         return {
             "passed": self.passed,
             "thresholds": native(self.thresholds.as_dict()),
-            "checks": [native(asdict(check)) for check in self.checks],
+            "checks": [check.to_json() for check in self.checks],
         }
 
 
