@@ -26,7 +26,6 @@ from mpconvert.export.artifacts import OVERHEAD, OnnxFile, Writer, litert_parity
 from mpconvert.export.litert import builtin_tables, write_litert
 from mpconvert.export.serving import guarded, padded
 from mpconvert.keras.activation_memory import activation_memory
-from mpconvert.report.sections.speed import ActivationMemory
 from mpconvert.keras.autokeep import keep_by_lint, keep_by_search
 from mpconvert.keras.configs import model_class, model_config
 from mpconvert.keras.finetune import Finetune, StepCallback, finetune
@@ -51,6 +50,7 @@ from mpconvert.options.artifact_kinds import ArtifactKind
 from mpconvert.options.convert import ExportOptions, FinetuneOptions, PadOptions, RewriteOptions
 from mpconvert.options.precision import Precision
 from mpconvert.report.sections import Source
+from mpconvert.report.sections.speed import ActivationMemory
 from mpconvert.runners.keras import KerasRunner, input_specs, serving_fn
 from mpconvert.system.errors import MpconvertError
 

@@ -289,7 +289,9 @@ def _served(paths: Mapping[str, PathSpeed]) -> str | None:
     name = "savedmodel" if "savedmodel" in timed else next(iter(timed))
     t = timed[name]
     p50, p90, p99 = (t.percentile(q) for q in PERCENTILES)
-    return f"converted {name} p50/p90/p99 {p50:g}/{p90:g}/{p99:g} ms, {t.rows_per_s:,.0f} rows/s ({len(t.calls_ms)} calls)"
+    return (
+        f"converted {name} p50/p90/p99 {p50:g}/{p90:g}/{p99:g} ms, {t.rows_per_s:,.0f} rows/s ({len(t.calls_ms)} calls)"
+    )
 
 
 def _ratio(value: float) -> str:
@@ -319,9 +321,7 @@ def _render_validation(console: Console, v: Validation) -> None:
         for o in v.outputs:
             _render_output(console, o)
     elif v.metric is None:
-        console.print(
-            f"  [yellow]accuracy not measured[/]: no --data given; output drift on {v.rows} generated inputs"
-        )
+        console.print(f"  [yellow]accuracy not measured[/]: no --data given; output drift on {v.rows} generated inputs")
     else:
         before, after = format_number(v.reference), format_number(v.converted)
         console.print(f"  {v.metric} on {v.rows} samples: {before} -> {after}")
@@ -535,7 +535,9 @@ def markdown(report: Report) -> str:
     tuning = report.finetune
     if tuning:
         state = "healthy" if tuning.healthy else f"**stopped**: {tuning.problem}"
-        facts.append(f"Fine-tune: {tuning.steps} of {tuning.requested_steps} steps, {state}, kept {tuning.kept} weights.")
+        facts.append(
+            f"Fine-tune: {tuning.steps} of {tuning.requested_steps} steps, {state}, kept {tuning.kept} weights."
+        )
     speed = speed_line(report)
     if speed:
         facts.append(speed[0].upper() + speed[1:] + ".")
