@@ -41,6 +41,7 @@ from mpconvert.system.usercode import importing_from
 if TYPE_CHECKING:
     from mpconvert.report.report import Report
     from mpconvert.report.sections import Source
+    from mpconvert.report.verification import BatchVerification, VerifyReport
 
 
 def _signature(keywords: Mapping[str, Keyword], *leading: Parameter) -> Signature:
@@ -329,6 +330,13 @@ def verify_options(**keywords: Any) -> VerifyOptions:
     return build(VerifyOptions, keywords, VERIFY_KEYWORDS)
 
 
+def verified(folder: str | Path, *, write: bool = True, **keywords: Any) -> VerifyReport | BatchVerification:
+    """`verify`, typed: the folder's (or the batch root's) verification, whose `to_json()` is verify.json."""
+    from mpconvert.commands.verify import verify_path
+
+    return verify_path(folder, verify_options(**keywords), write=write)
+
+
 def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
     """Check an output folder (or a batch root) on this machine, as `mpconvert verify` does; verify.json's content.
 
@@ -340,6 +348,4 @@ def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
     passed, 3 a check failed. Keywords: provider ("auto", "cpu", "cuda",
     "tensorrt"), fallback, speed_batch.
     """
-    from mpconvert.commands.verify import verify_path
-
-    return verify_path(folder, verify_options(**keywords), write=write).to_json()
+    return verified(folder, write=write, **keywords).to_json()

@@ -294,15 +294,14 @@ def verify_command(folder, junit, summary, as_json, quiet, debug, **keywords):
     """
 
     def action() -> int:
-        from mpconvert.api import verify
+        from mpconvert.api import verified
         from mpconvert.render.verify import render_verify, verify_markdown, write_verify_junit
 
-        document = verify(folder, **keywords)
-        where = document.get("folder") or document.get("root")
+        found = verified(folder, **keywords)
         Outputs(junit, summary, as_json, quiet).emit(
-            document, where, Renderings(render_verify, verify_markdown, write_verify_junit)
+            found, found.where, Renderings(render_verify, verify_markdown, write_verify_junit)
         )
-        return document["exit_code"]
+        return found.exit_code
 
     sys.exit(run_action(debug, action))
 
