@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mpconvert.options.tracking import TrackingOptions
+from mpconvert.report.batch import BatchSummary
 from mpconvert.system.errors import MpconvertError
 from mpconvert.system.hooks import NO_HOOKS, Hooks
 
@@ -378,7 +379,7 @@ class ParentRun:
             return None
         return replace(self.tracker.options, parent_run=self.run_id)
 
-    def finish(self, summary: Mapping[str, Any], files: tuple[Path, ...]) -> None:
+    def finish(self, summary: BatchSummary, files: tuple[Path, ...]) -> None:
         """batch.json and index.html logged on the parent run, which then ends FINISHED."""
         if self.run_id is None:
             return
@@ -386,7 +387,7 @@ class ParentRun:
         try:
             for name, value in _totals(summary):
                 client.log_metric(self.run_id, name, value)
-            client.set_tag(self.run_id, "mpconvert.exit_code", str(summary.get("exit_code")))
+            client.set_tag(self.run_id, "mpconvert.exit_code", str(summary.exit_code))
             for path in files:
                 if path.is_file():
                     client.log_artifact(self.run_id, str(path))
@@ -410,8 +411,8 @@ class ParentRun:
                 self.tracker.client.set_terminated(self.run_id, "FAILED")
 
 
-def _totals(summary: Mapping[str, Any]) -> list[tuple[str, float]]:
-    totals = summary.get("totals") or {}
+def _totals(summary: BatchSummary) -> list[tuple[str, float]]:
+    totals = summary.totals.to_json()
     return [(f"totals/{k}", float(v)) for k, v in totals.items() if _number(v) is not None]
 
 

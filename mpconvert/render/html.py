@@ -27,6 +27,7 @@ from mpconvert.options.convert import Metric
 from mpconvert.render import describe_source, parity_limits, speed_line
 from mpconvert.render.common import finite, format_bytes, format_number, token_line
 from mpconvert.render.figures import check_figures
+from mpconvert.report.batch import BatchSummary
 from mpconvert.report.checks import PARITY
 from mpconvert.report.gate import GateResult, layer_counts
 from mpconvert.report.report import Report
@@ -353,15 +354,15 @@ def _bar(drop: float | None, budget: float | None) -> dict | None:
 def _from_report(folder: Path) -> dict:
     """What batch.json leaves out and the page shows: the drop's budget and the serving speed-up."""
     try:
-        report = json.loads((folder / "report.json").read_text())
-    except (OSError, ValueError):  # an error or timeout leaves no folder: the row says so itself
+        report = Report.from_json(json.loads((folder / "report.json").read_text()))
+    except (OSError, ValueError, KeyError, TypeError):  # an error or timeout leaves no folder: the row says so itself
         return {"max_drop": None, "speedup": None}
-    paths = (report.get("speed") or {}).get("paths") or {}
-    timed: dict = paths.get("savedmodel") or next(iter(paths.values()), {})
-    return {"max_drop": report["gate"]["thresholds"].get("max_drop"), "speedup": timed.get("ratio")}
+    paths = report.speed.paths if report.speed else {}
+    timed = paths.get("savedmodel") or next(iter(paths.values()), None)
+    return {"max_drop": report.thresholds.max_drop, "speedup": finite(timed.ratio) if timed else None}
 
 
-def batch_rows(summary: dict, folder: Path) -> list[dict]:
+def batch_rows(summary: BatchSummary, folder: Path) -> list[dict]:
     """One row per model and policy, each linking to its report.html (relative, so the root can move).
 
     A converted model (passed or failed the gate) has a folder with its
@@ -370,22 +371,21 @@ def batch_rows(summary: dict, folder: Path) -> list[dict]:
     root keeps them only in the bucket: n/a there).
     """
     rows = []
-    for m in summary["models"]:
-        root = str(m.get("root") or summary.get("root") or folder)
-        converted = m["status"] in ("passed", "gate_failed")
+    for m in summary.models:
+        root = str(m.root or summary.root or folder)
         if "://" in root:  # object storage: the page is in the bucket, beside batch.json
-            link = f"{m['folder']}/{REPORT_HTML}" if converted else None
+            link = f"{m.folder}/{REPORT_HTML}" if m.converted else None
             found = {"max_drop": None, "speedup": None}
         else:
-            base = Path(root) / m["folder"]
-            link = Path(os.path.relpath(base / REPORT_HTML, folder)).as_posix() if converted else None
+            base = Path(root) / m.folder
+            link = Path(os.path.relpath(base / REPORT_HTML, folder)).as_posix() if m.converted else None
             found = _from_report(base)
-        rows.append({**m, **found, "link": link, "bar": _bar(m["drop"], found["max_drop"])})
+        rows.append({**m.to_json(), **found, "link": link, "bar": _bar(finite(m.drop), found["max_drop"])})
     return rows
 
 
-def batch_page(summary: dict, folder: Path) -> str:
-    """index.html's text for a batch.json (one run, a shard or merged shards) kept in `folder`."""
+def batch_page(summary: BatchSummary, folder: Path) -> str:
+    """index.html's text for a batch summary (one run, a shard or merged shards) kept in `folder`."""
     from mpconvert.render.batch import batch_totals_line
 
     return (
@@ -400,7 +400,7 @@ def batch_page(summary: dict, folder: Path) -> str:
     )
 
 
-def write_batch_page(summary: dict, folder: Path) -> Path:
+def write_batch_page(summary: BatchSummary, folder: Path) -> Path:
     path = Path(folder) / INDEX_HTML
     replace_atomically(path, batch_page(summary, Path(folder)), "the batch page")
     return path
