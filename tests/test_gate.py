@@ -49,7 +49,7 @@ def test_every_check_is_listed_with_its_numbers():
     assert checks["agreement"].message == "predictions agree on 98.00% of 500 rows >= min 95.00%"
     # onnx: 0.001 + 0.0015 * 2.0 = 0.004, exactly its max |diff|
     assert checks["artifact parity: onnx"].passed
-    assert checks["artifact parity: onnx"].values["limit"] == pytest.approx(0.004)
+    assert checks["artifact parity: onnx"].values.limit == pytest.approx(0.004)
     assert [c.name for c in result.failed] == ["accuracy gate"] and not result.passed
 
 
@@ -62,7 +62,7 @@ def test_accuracy_drop_against_the_budget(max_drop, passed):
     # drop = 0.962 - 0.948 = 0.014 (plus binary rounding, which the gate forgives)
     check = checks_of(make_report(), thresholds(max_drop=max_drop))["accuracy gate"]
     assert check.passed is passed
-    assert check.values["drop"] == pytest.approx(0.014) and check.values["max_drop"] == max_drop
+    assert check.values.drop == pytest.approx(0.014) and check.values.max_drop == max_drop
 
 
 def test_mse_drop_is_an_increase_in_error():
@@ -163,11 +163,11 @@ def test_with_labels_agreement_counts_harm_not_improvement():
     check = checks_of(report)["agreement"]
     assert check.passed
     assert check.message == "kept 100.00% of the 63 rows the float32 model got right (0 harmed, 22 fixed) >= min 95.00%"
-    assert check.values["agreement"] == 0.70 and check.values["rows"] == 63
+    assert check.values.agreement == 0.70 and check.values.rows == 63
     # A report written before the harm counts is judged by agreement, as then.
     old = checks_of(old_format(report))["agreement"]
     assert not old.passed and old.message == "predictions agree on 70.00% of 100 rows < min 95.00%"
-    assert old.values == {"agreement": 0.70, "min_agreement": 0.95, "rows": 100}
+    assert old.values.to_json() == {"agreement": 0.70, "min_agreement": 0.95, "rows": 100}
 
 
 @pytest.mark.parametrize("min_agreement,passed", [(0.95, True), (437 / 440, True), (0.9932, False)])
@@ -175,7 +175,7 @@ def test_the_readme_example_against_the_minimum(min_agreement, passed):
     check = checks_of(labelled(**README_EXAMPLE), thresholds(min_agreement=min_agreement))["agreement"]
     assert check.passed is passed
     assert check.message.startswith("kept 99.32% of the 440 rows the float32 model got right (3 harmed, 8 fixed) ")
-    assert check.values["harmed"] == 3 and check.values["fixed"] == 8
+    assert check.values.harmed == 3 and check.values.fixed == 8
 
 
 def test_harm_counts_of_none_fall_back_to_agreement():
@@ -223,7 +223,7 @@ def test_artifact_parity_scales_with_the_outputs(rtol, passed):
     th = thresholds(rtol={"savedmodel": 0.0, "keras": 0.0, "onnx": rtol})
     check = checks_of(make_report(), th)["artifact parity: onnx"]
     assert check.passed is passed
-    assert check.values["limit"] == pytest.approx(0.001 + rtol * 2.0)
+    assert check.values.limit == pytest.approx(0.001 + rtol * 2.0)
     assert check.message.startswith(f"max abs diff 0.004 {'<=' if passed else '>'} limit")
 
 
@@ -302,7 +302,7 @@ def test_policy_rewrite_fails_when_nothing_was_converted():
     for layer in report["layers"][1:]:
         layer.update(policy="float32", pinned="--keep-float32 '.*'")
     check = checks_of(report)["policy rewrite"]
-    assert not check.passed and check.values == {"policy": "mixed_float16", "converted": 0, "kept_float32": 3}
+    assert not check.passed and check.values.to_json() == {"policy": "mixed_float16", "converted": 0, "kept_float32": 3}
 
 
 @pytest.mark.parametrize(

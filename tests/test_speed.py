@@ -498,7 +498,7 @@ def speed_checks(speed, min_speedup):
 def test_the_speed_check_judges_the_savedmodel_path(min_speedup, passed):
     check = speed_checks(SPEED_SECTION, min_speedup)[SPEED]
     assert check.passed is passed
-    assert check.values["path"] == "savedmodel" and check.values["ratio"] == 1.6
+    assert check.values.path == "savedmodel" and check.values.ratio == 1.6
     sign = ">=" if passed else "<"
     assert check.message == (
         f"savedmodel 1.60x as fast as float32 (52 ms -> 32.5 ms, batch 256, CPU: AMD EPYC) {sign} min {min_speedup:.2f}x"
@@ -509,13 +509,13 @@ def test_the_speed_check_falls_back_to_the_keras_path():
     speed = json.loads(json.dumps(SPEED_SECTION))
     speed["paths"]["savedmodel"].update(converted_ms=None, ratio=None, note="not timed")
     check = speed_checks(speed, 1.3)[SPEED]
-    assert not check.passed and check.values["path"] == "keras"
+    assert not check.passed and check.values.path == "keras"
     assert check.message.startswith("keras 1.20x as fast as float32") and check.message.endswith("< min 1.30x")
 
 
 def test_the_speed_check_fails_when_speed_was_not_measured():
     check = speed_checks(None, 1.2)[SPEED]
-    assert not check.passed and check.values["ratio"] is None
+    assert not check.passed and check.values.ratio is None
     assert check.message.startswith("speed was not measured")
 
 

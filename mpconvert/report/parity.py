@@ -4,7 +4,9 @@ it was run at. The gate judges it at conversion, `verify` again where the file w
 
 from __future__ import annotations
 
-from mpconvert.report.checks import PARITY, Check
+from dataclasses import replace
+
+from mpconvert.report.checks import PARITY, Check, OutputParity, ParityValues, ServedParity
 from mpconvert.report.measure import within
 from mpconvert.report.sections import Artifact, ArtifactOutput
 from mpconvert.report.thresholds import Thresholds
@@ -18,62 +20,57 @@ def check_parity(
     `served_elsewhere`: another serving file (SavedModel, ONNX, LiteRT) was written, so a format that cannot
     express the model is said and passes; without one, the run has nothing to serve and fails.
     """
-    check = _parity_on_rows(artifact, thresholds, keras_nonfinite, served_elsewhere)
-    limit = check.values["limit"]
+    check, values = _parity_on_rows(artifact, thresholds, keras_nonfinite, served_elsewhere)
+    limit = values.limit
     if artifact.failed or not artifact.batches or limit is None:
         return check
-    judged = [
-        {**b.to_json(), "passed": b.error is None and b.max_abs_diff is not None and within(b.max_abs_diff, limit)}
+    judged = tuple(
+        ServedParity(b, b.error is None and b.max_abs_diff is not None and within(b.max_abs_diff, limit))
         for b in artifact.batches
-    ]
-    values = {**check.values, "batches": judged}
-    failing = [b for b in judged if not b["passed"]]
-    sizes = ", ".join(str(b["rows"]) for b in judged)
+    )
+    values = replace(values, batches=judged)
+    failing = [j.batch for j in judged if not j.passed]
+    sizes = ", ".join(str(j.batch.rows) for j in judged)
     if not failing:
-        noted = "".join(f" ({b['rows']} rows: {b['note']})" for b in judged if b.get("note"))
+        noted = "".join(f" ({j.batch.rows} rows: {j.batch.note})" for j in judged if j.batch.note)
         return Check(check.name, check.passed, f"{check.message}; serves {sizes} rows{noted}", values)
     why = "; ".join(
-        f"cannot serve {b['rows']} rows: "
-        + (b["error"] or ("not finite" if b["max_abs_diff"] is None else f"max abs diff {b['max_abs_diff']:.3g}"))
+        f"cannot serve {b.rows} rows: "
+        + (b.error or ("not finite" if b.max_abs_diff is None else f"max abs diff {b.max_abs_diff:.3g}"))
         for b in failing
     )
     return Check(check.name, False, f"{check.message}; {why}", values)
 
 
-def _parity_on_rows(artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool, served_elsewhere: bool) -> Check:
+def _parity_on_rows(
+    artifact: Artifact, thresholds: Thresholds, keras_nonfinite: bool, served_elsewhere: bool
+) -> tuple[Check, ParityValues]:
     kind, diff = artifact.kind, artifact.max_abs_diff
     # Reports written before max_abs_ref existed get the atol alone.
     ref = artifact.max_abs_ref or 0.0
     limit = thresholds.tolerance(kind, ref)
     name = f"{PARITY}: {kind}"
-    values = {
-        "max_abs_diff": diff,
-        "max_abs_ref": ref,
-        "atol": thresholds.atol.get(kind),
-        "rtol": thresholds.rtol.get(kind),
-        "limit": limit,
-        "rows": artifact.rows,
-    }
+    values = ParityValues(diff, ref, thresholds.atol.get(kind), thresholds.rtol.get(kind), limit, artifact.rows)
     if not artifact.exportable:
         # Not a parity failure: the format cannot express the model, and the other artifacts serve it.
         if served_elsewhere:
-            return Check(name, True, f"{artifact.reason} (nothing written)", values)
+            return Check(name, True, f"{artifact.reason} (nothing written)", values), values
         alone = "nothing written, and no other file serves the model: add --export savedmodel"
-        return Check(name, False, f"{artifact.reason} ({alone})", values)
+        return Check(name, False, f"{artifact.reason} ({alone})", values), values
     if artifact.failed:
-        return Check(name, False, f"{kind} export failed: {artifact.reason}", values)
+        return Check(name, False, f"{kind} export failed: {artifact.reason}", values), values
     if limit is None:
-        return Check(name, False, f"no tolerance known for artifact kind {str(kind)!r}", values)
+        return Check(name, False, f"no tolerance known for artifact kind {str(kind)!r}", values), values
     if artifact.outputs:
         return _parity_by_output(name, artifact.outputs, thresholds, kind, values, keras_nonfinite)
     rule = f"atol {thresholds.atol[kind]:g} + rtol {thresholds.rtol[kind]:g} x max abs output {ref:.4g}"
     if diff is None:
         # A NaN difference cannot be within any tolerance; say whose it is.
         whose = "the converted Keras model's outputs" if keras_nonfinite else f"{artifact.path}'s outputs"
-        return Check(name, False, f"max abs diff is not finite: NaN/inf in {whose} ({rule})", values)
+        return Check(name, False, f"max abs diff is not finite: NaN/inf in {whose} ({rule})", values), values
     passed = within(diff, limit)
     sign = "<=" if passed else ">"
-    return Check(name, passed, f"max abs diff {diff:.3g} {sign} limit {limit:.3g} ({rule})", values)
+    return Check(name, passed, f"max abs diff {diff:.3g} {sign} limit {limit:.3g} ({rule})", values), values
 
 
 def _parity_by_output(
@@ -81,23 +78,24 @@ def _parity_by_output(
     outputs: dict[str, ArtifactOutput],
     thresholds: Thresholds,
     kind: str,
-    values: dict,
+    values: ParityValues,
     keras_nonfinite: bool,
-) -> Check:
+) -> tuple[Check, ParityValues]:
     """Each output of the artifact against its own limit (atol + rtol x that output's largest |value|)."""
     judged = {}
     for output, o in outputs.items():
         limit = thresholds.tolerance(kind, o.max_abs_ref or 0.0)
         diff = o.max_abs_diff
-        passed = diff is not None and limit is not None and within(diff, limit)
-        judged[output] = {**o.to_json(), "limit": limit, "passed": passed}
-    failed = [n for n, one in judged.items() if not one["passed"]]
+        judged[output] = OutputParity(o, limit, diff is not None and limit is not None and within(diff, limit))
+    failed = [n for n, one in judged.items() if not one.passed]
     parts = []
     for output, one in judged.items():
-        shown = "not finite" if one["max_abs_diff"] is None else f"{one['max_abs_diff']:.3g}"
-        parts.append(f"{output} {shown} {'<=' if one['passed'] else '>'} {one['limit']:.3g}")
+        diff = one.output.max_abs_diff
+        shown = "not finite" if diff is None else f"{diff:.3g}"
+        parts.append(f"{output} {shown} {'<=' if one.passed else '>'} {one.limit:.3g}")
     message = "max abs diff per output: " + ", ".join(parts)
     if failed:
         whose = "; NaN/inf in the converted Keras model's outputs" if keras_nonfinite else ""
         message += f" (failing: {', '.join(failed)}{whose})"
-    return Check(name, not failed, message, {**values, "outputs": judged})
+    values = replace(values, outputs=judged)
+    return Check(name, not failed, message, values), values
