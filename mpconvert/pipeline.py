@@ -420,7 +420,7 @@ def _write_tracked(converted: Converted, out: Path, options: SaveOptions, hooks:
     report = _write(converted, out, options, hooks)
     if tracker.active:
         hooks.stage("mlflow")
-        tracker.log(report.to_json(), out)
+        tracker.log(report, out)
     return report
 
 
