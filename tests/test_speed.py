@@ -26,6 +26,7 @@ from mpconvert.keras.activation_memory import COMPUTED, activation_bytes, activa
 from mpconvert.options.gate import GateOptions
 from mpconvert.options.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
+from mpconvert.report.doctor import Bench, Timed
 from mpconvert.report.gate import SPEED, evaluate
 from mpconvert.report.sections.speed import Latency
 from mpconvert.report.thresholds import Thresholds
@@ -294,16 +295,14 @@ def layers(float16, bfloat16):
 
     def entry(speedup):
         if speedup is None:
-            return {"ms": None, "speedup": None, "note": "not supported: no kernel"}
-        return {"ms": 10.0 / speedup, "speedup": speedup, "note": None}
+            return Timed(None, None, "not supported: no kernel")
+        return Timed(10.0 / speedup, speedup, None)
 
     return {
-        case: {
-            "what": f"a {case} layer",
-            "float32": entry(1.0),
-            "mixed_float16": entry(float16[i]),
-            "mixed_bfloat16": entry(bfloat16[i]),
-        }
+        case: Bench(
+            f"a {case} layer",
+            {"float32": entry(1.0), "mixed_float16": entry(float16[i]), "mixed_bfloat16": entry(bfloat16[i])},
+        )
         for i, case in enumerate(("dense", "conv"))
     }
 
@@ -319,8 +318,8 @@ def test_the_doctor_recommends_the_policy_measured_faster_on_layers():
         "mixed_float16 will not pay here: dense 0.50x, conv 0.80x of float32's speed "
         "(no float16 units on this CPU: neither avx512_fp16 nor amx_fp16)"
     )
-    assert found.policies["mixed_bfloat16"]["speedup"] == pytest.approx((1.7 * 1.2) ** 0.5, abs=1e-3)
-    assert found.policies["mixed_float16"]["pays"] is False
+    assert found.policies["mixed_bfloat16"].speedup == pytest.approx((1.7 * 1.2) ** 0.5, abs=1e-3)
+    assert found.policies["mixed_float16"].pays is False
 
 
 def test_the_doctor_keeps_float32_when_nothing_pays():
@@ -336,22 +335,22 @@ def test_the_doctor_says_not_supported_for_a_missing_kernel():
     assert "mixed_bfloat16 will not pay here: dense not supported, conv not supported" in found.lines[1]
     # A policy that runs the Dense fast but has no conv kernel does not pay.
     partial = doctor.recommend(PLAIN_CPU, layers(float16=(0.5, 0.5), bfloat16=(2.0, None)))
-    assert partial.policy is None and partial.policies["mixed_bfloat16"]["speedup"] is None
+    assert partial.policy is None and partial.policies["mixed_bfloat16"].speedup is None
 
 
 def test_a_pathological_kernel_is_named_with_its_fixes_first():
     # The Xeon's figures: a float16 Dense 67x slower than float32, bfloat16 fine.
     timed = layers(float16=(1 / 67, 0.9), bfloat16=(1.3, 1.1))
-    fixed = {"dense": {"mixed_float16": {"speedup": 1.2}}}
+    fixed = {"dense": Bench("a dense layer", {"mixed_float16": Timed(8.3, 1.2)})}
     found = doctor.explain_pathologies(timed, fixed)
-    assert [(f["layer"], f["policy"], f["slower"]) for f in found] == [("dense", "mixed_float16", 67.0)]
-    assert found[0]["summary"] == (
+    assert [(f.layer, f.policy, f.slower) for f in found] == [("dense", "mixed_float16", 67.0)]
+    assert found[0].summary == (
         "mixed_float16's dense kernel is 67x slower than float32 here (a dense layer): a broken kernel, "
         "not a missing speed-up; mixed_bfloat16 runs it at 1.30x of float32's speed; "
         "with TF_ENABLE_ONEDNN_OPTS=0 mixed_float16 runs it at 1.20x"
     )
     advice = doctor.recommend(PLAIN_CPU, timed, found=found)
-    assert advice.lines[0] == found[0]["summary"] and advice.pathologies[0]["onednn_off_speedup"] == 1.2
+    assert advice.lines[0] == found[0].summary and advice.pathologies[0].onednn_off_speedup == 1.2
     assert (
         doctor.explain_pathologies(layers(float16=(0.3, 0.9), bfloat16=(1.0, 1.0)), {}) == []
     )  # 3.3x: slow, not broken
