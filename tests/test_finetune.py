@@ -93,8 +93,8 @@ def test_bfloat16_trains_without_loss_scaling_and_improves_a_regressor(fw):
     assert result.healthy and result.loss_scale is None and result.skipped_steps == 0
     # An untrained regressor on y = x0 / 2: fine-tuning must lower the error.
     assert result.kept == "finetuned" and result.metric_after < result.metric_before
-    assert result.loss["last"] < result.loss["first"]
-    assert result.step_time["float32_ms"] > 0 and result.step_time_ratio > 0
+    assert result.loss.last < result.loss.first
+    assert result.step_time.float32_ms > 0 and result.step_time_ratio > 0
 
 
 def test_no_harm_keeps_the_better_weights():

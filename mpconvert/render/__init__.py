@@ -301,7 +301,7 @@ def _ratio(value: float) -> str:
 
 def _render_finetune(console: Console, f: Finetune) -> None:
     scale = f.loss_scale
-    scale_text = f", loss scale {scale['initial']:g} -> {scale['final']:g}" if scale else ""
+    scale_text = f", loss scale {scale.initial:g} -> {scale.final:g}" if scale else ""
     console.print(
         f"  fine-tune: {f.steps} steps ({f.skipped_steps} skipped{scale_text}), "
         f"{f.metric} {format_number(f.metric_before)} -> {format_number(f.metric_after)}, kept {f.kept} weights"
@@ -309,7 +309,7 @@ def _render_finetune(console: Console, f: Finetune) -> None:
     if f.step_time_ratio is not None:
         st = f.step_time
         console.print(
-            f"    train step {st['converted_ms']:.1f} ms vs float32 {st['float32_ms']:.1f} ms (x{f.step_time_ratio:.2f})"
+            f"    train step {st.converted_ms:.1f} ms vs float32 {st.float32_ms:.1f} ms (x{f.step_time_ratio:.2f})"
         )
     if not f.healthy:
         console.print(f"  [bold yellow]fine-tune stopped[/]: {f.problem}; the weights from before it were kept")

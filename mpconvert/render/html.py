@@ -243,13 +243,13 @@ def _finetune(report: Report) -> dict | None:
     tuning = report.finetune
     if not tuning:
         return None
-    history = tuning.history or {}
-    steps = history.get("step") or []
+    history = tuning.history
+    steps = list(history.step) if history else []
+    losses = list(history.loss) if history else []
+    scales: list[float | None] = list(history.loss_scale or ()) if history else []
     charts = [
-        line_chart("fine-tune loss over the steps", steps, history.get("loss") or [], "loss"),
-        line_chart(
-            "loss scale over the steps (log)", steps, history.get("loss_scale") or [], "scale", log=True, held=True
-        ),
+        line_chart("fine-tune loss over the steps", steps, losses, "loss"),
+        line_chart("loss scale over the steps (log)", steps, scales, "scale", log=True, held=True),
     ]
     return {**tuning.to_json(), "charts": [c for c in charts if c is not None]}
 
