@@ -204,7 +204,7 @@ def parity_limits(gate: GateResult) -> dict[str, float | None]:
 
 
 def _render_padding(console: Console, p: PaddingReport) -> None:
-    dims = ", ".join(f"{d['layer']} {d['from']}->{d['to']}" for d in p.padded[:6])
+    dims = ", ".join(f"{d.layer} {d.width}->{d.to}" for d in p.padded[:6])
     more = f" and {len(p.padded) - 6} more" if len(p.padded) > 6 else ""
     if p.exported == "padded":
         console.print(
@@ -415,9 +415,9 @@ def render_inspection(inspection: Any, stream: IO[str] | None = None) -> None:
     for column in ("layer", "dimension", "now", "padded to", "or not, because"):
         table.add_column(column, no_wrap=True)
     for d in padding.padded:
-        table.add_row(d["layer"], d["dim"], str(d["from"]), str(d["to"]), "")
-    for d in padding.skipped:
-        table.add_row(d["layer"], d["dim"], str(d["from"]), "", d["reason"])
+        table.add_row(d.layer, d.dim, str(d.width), str(d.to), "")
+    for s in padding.skipped:
+        table.add_row(s.layer, s.dim, str(s.width), "", s.reason)
     if not padding.padded and not padding.skipped:
         table.add_row("(every dimension is already a multiple)", "", "", "", "")
     console.print(table)

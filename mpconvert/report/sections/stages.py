@@ -147,6 +147,40 @@ def padding_failures(
     return failures
 
 
+@dataclass(frozen=True)
+class PaddedDim:
+    """A producer's channel dimension the padding widened."""
+
+    layer: str
+    dim: str  # which of its dimensions ("units", "filters", ...)
+    width: int  # its width before (report.json's "from")
+    to: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layer": self.layer, "dim": self.dim, "from": self.width, "to": self.to}
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> PaddedDim:
+        return cls(stored["layer"], stored["dim"], stored["from"], stored["to"])
+
+
+@dataclass(frozen=True)
+class SkippedDim:
+    """A producer's channel dimension the padding left as it is, and why."""
+
+    layer: str
+    dim: str
+    width: int  # report.json's "from"
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layer": self.layer, "dim": self.dim, "from": self.width, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> SkippedDim:
+        return cls(stored["layer"], stored["dim"], stored["from"], stored["reason"])
+
+
 PADDED, UNPADDED = "padded", "unpadded"
 NOTHING_TO_PAD = "nothing to pad"  # how the stage's reason begins when it padded nothing (and proved nothing)
 NOT_TRIED = "padding not tried"  # ... when it did not plan or prove anything (a model too large to copy twice)
@@ -158,12 +192,12 @@ class PaddingReport(Section):
 
     multiple: int
     max_overhead: float | None = None
-    padded: tuple[dict, ...] = ()  # the plan's {layer, dim, from, to}
-    skipped: tuple[dict, ...] = ()  # the plan's {layer, dim, from, reason}
+    padded: tuple[PaddedDim, ...] = ()  # the plan's
+    skipped: tuple[SkippedDim, ...] = ()
     flops_overhead: float | None = None
     max_abs_diff: float | None = None  # padded against unpadded in the policy; None when not finite or not run
     float32_max_abs_diff: float | None = None  # the same in float32, where the padding logic must be exact
-    tolerance: dict | None = None  # {"float32": ..., policy: ...}
+    tolerance: Mapping[str, float] | None = None  # {"float32": ..., policy: ...}
     passed: bool = True
     exported: str | None = None  # "padded" or "unpadded"
     reason: str | None = None  # why nothing was padded, or why the proof failed
@@ -195,7 +229,10 @@ class PaddingReport(Section):
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> PaddingReport:
         found = known(cls, stored)
-        return cls(**{**found, "padded": tuple(found["padded"] or ()), "skipped": tuple(found["skipped"] or ())})
+        padded = tuple(PaddedDim.from_json(d) for d in found["padded"] or ())
+        return cls(
+            **{**found, "padded": padded, "skipped": tuple(SkippedDim.from_json(d) for d in found["skipped"] or ())}
+        )
 
 
 @dataclass(frozen=True)
