@@ -64,7 +64,8 @@ def render_doctor(found: Diagnosis, stream: IO[str] | None = None) -> None:
 
 def _capability(gpu: Gpu) -> str | None:
     """ "8.0", as the doctor's JSON writes it."""
-    return gpu.to_json()["compute_capability"]
+    cc = gpu.compute_capability
+    return None if cc is None else f"{cc[0]}.{cc[1]}"
 
 
 def render_model_timing(found: ModelTiming, stream: IO[str] | None = None) -> None:

@@ -351,15 +351,22 @@ def _bar(drop: float | None, budget: float | None) -> dict | None:
     return {"share": share, "width": round(min(share, 1.5) / 1.5 * 120, 1), "over": drop > budget}
 
 
-def _from_report(folder: Path) -> dict:
+@dataclass(frozen=True)
+class _FromReport:
     """What batch.json leaves out and the page shows: the drop's budget and the serving speed-up."""
+
+    max_drop: float | None = None
+    speedup: float | None = None
+
+
+def _from_report(folder: Path) -> _FromReport:
     try:
         report = Report.from_json(json.loads((folder / "report.json").read_text()))
     except (OSError, ValueError, KeyError, TypeError):  # an error or timeout leaves no folder: the row says so itself
-        return {"max_drop": None, "speedup": None}
+        return _FromReport()
     paths = report.speed.paths if report.speed else {}
     timed = paths.get("savedmodel") or next(iter(paths.values()), None)
-    return {"max_drop": report.thresholds.max_drop, "speedup": finite(timed.ratio) if timed else None}
+    return _FromReport(report.thresholds.max_drop, finite(timed.ratio) if timed else None)
 
 
 def batch_rows(summary: BatchSummary, folder: Path) -> list[dict]:
@@ -375,12 +382,13 @@ def batch_rows(summary: BatchSummary, folder: Path) -> list[dict]:
         root = str(m.root or summary.root or folder)
         if "://" in root:  # object storage: the page is in the bucket, beside batch.json
             link = f"{m.folder}/{REPORT_HTML}" if m.converted else None
-            found = {"max_drop": None, "speedup": None}
+            found = _FromReport()
         else:
             base = Path(root) / m.folder
             link = Path(os.path.relpath(base / REPORT_HTML, folder)).as_posix() if m.converted else None
             found = _from_report(base)
-        rows.append({**m.to_json(), **found, "link": link, "bar": _bar(finite(m.drop), found["max_drop"])})
+        bar = _bar(finite(m.drop), found.max_drop)
+        rows.append({**m.to_json(), "max_drop": found.max_drop, "speedup": found.speedup, "link": link, "bar": bar})
     return rows
 
 
