@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from mpconvert.options.convert import AutoKeepMode, Metric
-from mpconvert.report.sections.base import Section, known, member, native
+from mpconvert.report.sections.base import JSONValue, Section, known, member, native
 
 
 class FinetuneKept(StrEnum):
@@ -240,7 +240,8 @@ class Finding(Section):
     layer: str
     kind: str  # "overflow", "input overflow", "weights", "constant", "epsilon", "information loss", "input information loss"
     message: str  # with the numbers: "output max 3.1e5 > float16 max 65504"
-    values: dict = field(default_factory=dict)
+    # The figures behind it, by name (max, value, source, ...: each kind of finding its own few).
+    values: Mapping[str, JSONValue] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Finding:
