@@ -269,6 +269,7 @@ class Replay:
     report: dict  # the new report, as report.json holds it
     compared: tuple  # comparison.Difference for every compared field
     exit_code: int  # the new run's, as the main command's
+    result: Report | None = None  # the new report, typed
 
     @property
     def differences(self) -> tuple:
@@ -321,7 +322,7 @@ def replay(
     with importing_from(inputs.folder):  # the user's modules, as the recorded run found them
         new, written = convert_and_save(options, save, hooks)
     again = new.to_json()
-    return Replay(path, written, again, compared(stored, again), new.exit_code)
+    return Replay(path, written, again, compared(stored, again), new.exit_code, new)
 
 
 def verify_options(**keywords: Any) -> VerifyOptions:

@@ -262,7 +262,7 @@ def replay_command(report_file, out, force, as_json, quiet, debug):
                     {
                         "replayed": str(result.replayed),
                         "out": str(result.out),
-                        "passed": result.report["passed"],
+                        "passed": result.exit_code == EXIT_OK,
                         "differences": [d.to_json() for d in result.differences],
                         "compared": len(result.compared),
                     },
