@@ -61,7 +61,11 @@ def test_loss_scale_collapse_stops_training_and_restores_the_weights(fw):
     assert "loss scale collapsed" in result.problem
     assert "--keep-float32" in result.advice and "mixed_bfloat16" in result.advice
     # 2**15 halves to 1 in 15 skipped steps; the check stops it right there
-    assert result.loss_scale == {"initial": 32768.0, "final": 1.0, "min": 1.0}
+    assert result.loss_scale is not None and result.loss_scale.to_json() == {
+        "initial": 32768.0,
+        "final": 1.0,
+        "min": 1.0,
+    }
     assert result.steps == result.skipped_steps == 15
     assert result.kept == "rewritten" and result.metric_after is None
     for a, b in zip(before, converted.get_weights()):
