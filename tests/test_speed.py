@@ -161,7 +161,7 @@ def test_activation_memory_is_computed_from_output_shapes_and_dtypes(K):
     # Converted: hidden in float16 (2 bytes); the model output stays float32.
     converted_bytes = batch * (16 * 2 + 4 * 4)  # 3072
     found = activation_memory(original, model, batch)
-    assert found == {
+    assert found.to_json() == {
         "batch": batch,
         "float32_bytes": float32_bytes,
         "converted_bytes": converted_bytes,
