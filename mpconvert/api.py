@@ -34,6 +34,8 @@ from mpconvert.system.usercode import importing_from
 if TYPE_CHECKING:
     from mpconvert.kinds.base import PaddingPlan
     from mpconvert.report.report import Report
+    from mpconvert.report.sections import Source
+    from mpconvert.report.verification import BatchVerification, VerifyReport
 
 
 def _signature(keywords: Mapping[str, Keyword], *leading: Parameter) -> Signature:
@@ -108,8 +110,13 @@ class Conversion:
         return self._converted.model
 
     @property
+    def result(self) -> Report:
+        """The report, typed (artifacts appear once saved): what the gate judged, and every section."""
+        return self._report
+
+    @property
     def report(self) -> dict:
-        """The report, as report.json holds it (artifacts appear once saved)."""
+        """The report, as report.json holds it (artifacts appear once saved); `result` is the typed one."""
         return self._report.to_json()
 
     @property
@@ -197,11 +204,16 @@ def convert(
 class Inspection:
     """What a conversion would do, per layer: policies and padding, nothing converted."""
 
-    source: dict  # as the report's JSON form: path, name, parameters, format, loader, inputs, outputs
+    described: Source  # the model: path, name, parameters, format, loader, inputs, outputs
     policy: str
     layers: tuple  # LayerDecision per layer, the lint's keeps included
     padding: PaddingPlan | None  # None with pad_multiple=0
     lint: Any = None  # a lint.Lint: findings with their numbers (None with auto_keep="off")
+
+    @property
+    def source(self) -> dict:
+        """The model as the report's JSON form describes it (what callers of earlier versions read)."""
+        return self.described.to_json()
 
 
 def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspection:
@@ -215,8 +227,7 @@ def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspe
 
     options = conversion_options(model, policy, **keywords)
     found = plan(options)
-    source = found.source.describe(options.load.path).to_json()
-    return Inspection(source, policy, found.plan.rows, found.padding, found.lint)
+    return Inspection(found.source.describe(options.load.path), policy, found.plan.rows, found.padding, found.lint)
 
 
 def check(report: dict | str | Path, **thresholds: Any) -> dict:
@@ -252,6 +263,7 @@ class Replay:
     report: dict  # the new report, as report.json holds it
     compared: tuple  # comparison.Difference for every compared field
     exit_code: int  # the new run's, as the main command's
+    result: Report | None = None  # the new report, typed
 
     @property
     def differences(self) -> tuple:
@@ -304,13 +316,20 @@ def replay(
     with importing_from(inputs.folder):  # the user's modules, as the recorded run found them
         new, written = convert_and_save(options, save, hooks)
     again = new.to_json()
-    return Replay(path, written, again, compared(stored, again), new.exit_code)
+    return Replay(path, written, again, compared(stored, again), new.exit_code, new)
 
 
 def verify_options(**keywords: Any) -> VerifyOptions:
     """Verify options from keywords (provider, fallback, speed_batch)."""
     refuse_unknown(keywords, VERIFY_KEYWORDS, "verify option")
     return build(VerifyOptions, keywords, VERIFY_KEYWORDS)
+
+
+def verified(folder: str | Path, *, write: bool = True, **keywords: Any) -> VerifyReport | BatchVerification:
+    """`verify`, typed: the folder's (or the batch root's) verification, whose `to_json()` is verify.json."""
+    from mpconvert.commands.verify import verify_path
+
+    return verify_path(folder, verify_options(**keywords), write=write)
 
 
 def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
@@ -324,6 +343,4 @@ def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
     passed, 3 a check failed. Keywords: provider ("auto", "cpu", "cuda",
     "tensorrt"), fallback, speed_batch.
     """
-    from mpconvert.commands.verify import verify_path
-
-    return verify_path(folder, verify_options(**keywords), write=write).to_json()
+    return verified(folder, write=write, **keywords).to_json()

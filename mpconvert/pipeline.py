@@ -162,7 +162,7 @@ def provenance(options: ConvertOptions, data: EvalData) -> Provenance:
         data=DataRecord(str(data.source), data_file, data.validation.rows, train),
         options=recorded_options(given, keywords_of(options)),
         command=None,
-        machine=probe_hardware().as_dict(),
+        machine=probe_hardware(),
         folder=str(user_folder()),
         baseline=InputFile.of(report_file(baseline)) if baseline else None,
         modules={name: InputFile.of(file) for name, file in files.items() if file is not None},
@@ -430,7 +430,7 @@ def _write_tracked(converted: Converted, out: Path, options: SaveOptions, hooks:
     report = _write(converted, out, options, hooks)
     if tracker.active:
         hooks.stage("mlflow")
-        tracker.log(report.to_json(), out)
+        tracker.log(report, out)
     return report
 
 
@@ -478,10 +478,9 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
 
 
 def write_report(report: Report, folder: Path) -> Path:
-    """report.json and, beside it, report.html (the same JSON form, rendered)."""
-    stored = report.to_json()
-    path = report.write_json(folder / REPORT_NAME, stored)
-    write_report_page(stored, folder / REPORT_HTML)
+    """report.json and, beside it, report.html (the same report, rendered)."""
+    path = report.write_json(folder / REPORT_NAME)
+    write_report_page(report, folder / REPORT_HTML)
     return path
 
 

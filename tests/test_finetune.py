@@ -62,7 +62,11 @@ def test_loss_scale_collapse_stops_training_and_restores_the_weights(fw):
     assert "loss scale collapsed" in result.problem
     assert "--keep-float32" in result.advice and "mixed_bfloat16" in result.advice
     # 2**15 halves to 1 in 15 skipped steps; the check stops it right there
-    assert result.loss_scale == {"initial": 32768.0, "final": 1.0, "min": 1.0}
+    assert result.loss_scale is not None and result.loss_scale.to_json() == {
+        "initial": 32768.0,
+        "final": 1.0,
+        "min": 1.0,
+    }
     assert result.steps == result.skipped_steps == 15
     assert result.kept == "rewritten" and result.metric_after is None
     for a, b in zip(before, converted.get_weights()):
@@ -94,8 +98,8 @@ def test_bfloat16_trains_without_loss_scaling_and_improves_a_regressor(fw):
     assert result.healthy and result.loss_scale is None and result.skipped_steps == 0
     # An untrained regressor on y = x0 / 2: fine-tuning must lower the error.
     assert result.kept == "finetuned" and result.metric_after < result.metric_before
-    assert result.loss["last"] < result.loss["first"]
-    assert result.step_time["float32_ms"] > 0 and result.step_time_ratio > 0
+    assert result.loss.last < result.loss.first
+    assert result.step_time.float32_ms > 0 and result.step_time_ratio > 0
 
 
 def test_no_harm_keeps_the_better_weights():

@@ -51,7 +51,7 @@ def test_every_check_is_listed_with_its_numbers():
     assert checks["agreement"].message == "predictions agree on 98.00% of 500 rows >= min 95.00%"
     # onnx: 0.001 + 0.0015 * 2.0 = 0.004, exactly its max |diff|
     assert checks["artifact parity: onnx"].passed
-    assert checks["artifact parity: onnx"].values["limit"] == pytest.approx(0.004)
+    assert checks["artifact parity: onnx"].values.limit == pytest.approx(0.004)
     assert [c.name for c in result.failed] == ["accuracy gate"] and not result.passed
 
 
@@ -64,7 +64,7 @@ def test_accuracy_drop_against_the_budget(max_drop, passed):
     # drop = 0.962 - 0.948 = 0.014 (plus binary rounding, which the gate forgives)
     check = checks_of(make_report(), thresholds(max_drop=max_drop))["accuracy gate"]
     assert check.passed is passed
-    assert check.values["drop"] == pytest.approx(0.014) and check.values["max_drop"] == max_drop
+    assert check.values.drop == pytest.approx(0.014) and check.values.max_drop == max_drop
 
 
 def test_mse_drop_is_an_increase_in_error():
@@ -165,11 +165,11 @@ def test_with_labels_agreement_counts_harm_not_improvement():
     check = checks_of(report)["agreement"]
     assert check.passed
     assert check.message == "kept 100.00% of the 63 rows the float32 model got right (0 harmed, 22 fixed) >= min 95.00%"
-    assert check.values["agreement"] == 0.70 and check.values["rows"] == 63
+    assert check.values.agreement == 0.70 and check.values.rows == 63
     # A report written before the harm counts is judged by agreement, as then.
     old = checks_of(old_format(report))["agreement"]
     assert not old.passed and old.message == "predictions agree on 70.00% of 100 rows < min 95.00%"
-    assert old.values == {"agreement": 0.70, "min_agreement": 0.95, "rows": 100}
+    assert old.values.to_json() == {"agreement": 0.70, "min_agreement": 0.95, "rows": 100}
 
 
 @pytest.mark.parametrize("min_agreement,passed", [(0.95, True), (437 / 440, True), (0.9932, False)])
@@ -177,7 +177,7 @@ def test_the_readme_example_against_the_minimum(min_agreement, passed):
     check = checks_of(labelled(**README_EXAMPLE), thresholds(min_agreement=min_agreement))["agreement"]
     assert check.passed is passed
     assert check.message.startswith("kept 99.32% of the 440 rows the float32 model got right (3 harmed, 8 fixed) ")
-    assert check.values["harmed"] == 3 and check.values["fixed"] == 8
+    assert check.values.harmed == 3 and check.values.fixed == 8
 
 
 def test_harm_counts_of_none_fall_back_to_agreement():
@@ -225,7 +225,7 @@ def test_artifact_parity_scales_with_the_outputs(rtol, passed):
     th = thresholds(rtol={"savedmodel": 0.0, "keras": 0.0, "onnx": rtol})
     check = checks_of(make_report(), th)["artifact parity: onnx"]
     assert check.passed is passed
-    assert check.values["limit"] == pytest.approx(0.001 + rtol * 2.0)
+    assert check.values.limit == pytest.approx(0.001 + rtol * 2.0)
     assert check.message.startswith(f"max abs diff 0.004 {'<=' if passed else '>'} limit")
 
 
@@ -304,7 +304,7 @@ def test_policy_rewrite_fails_when_nothing_was_converted():
     for layer in report["layers"][1:]:
         layer.update(policy="float32", pinned="--keep-float32 '.*'")
     check = checks_of(report)["policy rewrite"]
-    assert not check.passed and check.values == {"policy": "mixed_float16", "converted": 0, "kept_float32": 3}
+    assert not check.passed and check.values.to_json() == {"policy": "mixed_float16", "converted": 0, "kept_float32": 3}
 
 
 @pytest.mark.parametrize(
@@ -398,10 +398,10 @@ def test_a_baseline_must_measure_the_same_metric(tmp_path):
 # --- JUnit and Markdown -------------------------------------------------------
 
 
-def failing_report() -> dict:
+def failing_report() -> Report:
     report = make_report(validation={"agreement": 0.9})
     report["artifacts"][1]["max_abs_diff"] = 0.5
-    return stored(report, thresholds())
+    return typed(report, thresholds())
 
 
 def test_junit_parses_with_junitparser_and_names_the_failures(tmp_path):
@@ -446,7 +446,7 @@ def test_junit_has_the_elements_the_schema_requires(tmp_path):
 
 
 def test_junit_of_a_passing_report_has_no_failures(tmp_path):
-    write_junit(stored(make_report(), thresholds(max_drop=0.02)), tmp_path / "junit.xml")
+    write_junit(typed(make_report(), thresholds(max_drop=0.02)), tmp_path / "junit.xml")
     (suite,) = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
     assert suite.tests == 5 and suite.failures == 0 and all(case.is_passed for case in suite)
 
@@ -475,7 +475,7 @@ def test_markdown_escapes_table_pipes_and_says_when_accuracy_was_not_measured():
         "problem": "loss | nan",
         "advice": None,
     }
-    text = markdown(stored(report))
+    text = markdown(typed(report))
     assert "**Accuracy not measured**" in text and "on 64 generated inputs" in text
     # In a table cell a bare "|" would start a new cell.
     assert "| fine-tune health | ❌ **fail** | stopped after 1 of 50 steps: loss \\| nan |" in text
@@ -586,7 +586,7 @@ def test_check_judges_old_reports_by_agreement_and_new_ones_by_harm(tmp_path):
 
 
 def test_markdown_mentions_harmed_and_fixed_with_labels():
-    text = markdown(stored(labelled(**README_EXAMPLE), thresholds(max_drop=0.02)))
+    text = markdown(typed(labelled(**README_EXAMPLE), thresholds(max_drop=0.02)))
     assert (
         "Predictions agree on 97.56% (3 harmed, 8 fixed: kept 99.32% of the 440 rows the float32 model got right, "
         "min 95.00%)."
@@ -867,7 +867,7 @@ def test_drift_and_agreement_without_rows_are_not_judged():
 def test_the_rebuild_line_claims_a_reproduction_only_where_its_figures_show_one(fidelity, line, capsys):
     from mpconvert.render import render_summary
 
-    report = stored(make_report(fidelity=fidelity))
+    report = typed(make_report(fidelity=fidelity))
     render_summary(report)
     assert f"  rebuild: {line}\n" in capsys.readouterr().out
 

@@ -7,6 +7,7 @@ fine-tuning (a few seconds each).
 """
 
 import contextlib
+import dataclasses
 import http.server
 import json
 import os
@@ -496,8 +497,8 @@ def test_a_batch_result_whose_run_was_not_recorded_is_not_one_resume_reuses(fail
 
     job = Job("cancer", conversion_options(MODEL, POLICY, data=DATA, finetune_steps=0))
     out = tmp_path / "cancer" / POLICY
-    tracking = TrackingOptions(uri=failing_after_check, parent_run="parent-id").spec()
-    spec = {**job_spec(job), "out": str(out), "key": "k", "tracking": tracking}
+    tracking = TrackingOptions(uri=failing_after_check, parent_run="parent-id")
+    spec = dataclasses.replace(job_spec(job), out=str(out), key="k", tracking=tracking)
     with pytest.raises(RunNotRecorded):
         run(spec)
     # The conversion is there, but without the stamp that --resume trusts.

@@ -19,6 +19,7 @@ from mpconvert.batch.results import entry
 from mpconvert.data.rows import load_npz
 from mpconvert.data.signature import signature_of
 from mpconvert.keras.kind import tasks_of
+from mpconvert.report.report import Report
 from mpconvert.runners.keras import predict
 
 CANCER = SAMPLES / "cancer_mlp.keras"
@@ -179,7 +180,7 @@ def test_two_classifiers_fine_tune_on_both_losses_and_compare_per_output_with_a_
     assert all(c["passed"] and c["values"]["regression"] == 0 for c in baselines.values())
     # batch.json carries each scored output's numbers
     job = type("Job", (), {"name": "two", "given_path": "two.keras", "policy": "mixed_bfloat16", "folder": "two/b"})
-    item = entry(job, "k", report, "passed", "", 1.0)
+    item = entry(job, "k", Report.from_json(report), "passed", "", 1.0).to_json()
     assert [o["name"] for o in item["outputs"]] == ["digit", "odd"]
     assert item["outputs"][1]["before"] == report["validation"]["outputs"][1]["reference"]
 

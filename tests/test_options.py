@@ -14,7 +14,7 @@ from option_values import changed_values, option_fields, replaced, value_for
 import mpconvert
 from mpconvert.api import conversion_options, export_options, gate_options
 from mpconvert.batch import manifest
-from mpconvert.batch.worker import job_options, job_spec
+from mpconvert.batch.worker import WorkerSpec, job_options, job_spec
 from mpconvert.options.convert import CONVERSION_KEYWORDS, ConvertOptions
 from mpconvert.options.export import EXPORT_KEYWORDS, ExportOptions
 from mpconvert.options.gate import GATE_KEYWORDS
@@ -117,7 +117,10 @@ def test_the_keywords_of_any_options_build_them_again(tmp_path):
     assert export_options(**keywords_of(export)) == export
     # A batch worker gets them through JSON: all but custom_objects, which a manifest refuses.
     job = manifest.Job("m", replaced(options, ("load", "custom_objects"), None), export)
-    assert job_options(json.loads(json.dumps(job_spec(job)))) == (job.options, job.export)
+    assert job_options(WorkerSpec.from_json(json.loads(json.dumps(job_spec(job).to_json())))) == (
+        job.options,
+        job.export,
+    )
 
 
 def test_keywords_of_refuses_a_field_that_no_keyword_sets(tmp_path):

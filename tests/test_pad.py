@@ -158,7 +158,7 @@ def test_a_sequential_model_pads_like_its_functional_twin(tmp_path, reloaded):
         sequential.save(tmp_path / "sequential.keras")
         sequential = keras.models.load_model(tmp_path / "sequential.keras")
     expected = plan_model_padding(functional, KERAS3, PadOptions()).padded
-    assert [(d["layer"], d["to"]) for d in expected] == [("features", 32), ("hidden", 104), ("predictions", 16)]
+    assert [(d.layer, d.to) for d in expected] == [("features", 32), ("hidden", 104), ("predictions", 16)]
     assert plan_model_padding(sequential, KERAS3, PadOptions()).padded == expected
 
 

@@ -130,12 +130,12 @@ def test_an_old_report_is_judged_by_the_rules_of_its_time(classifier):
     # Without the harm counts: agreement, as then.
     v = report.validation
     assert now["agreement"].message.startswith(f"predictions agree on {v.agreement:.2%} of {v.rows} rows")
-    assert now["agreement"].values["rows"] == v.rows
+    assert now["agreement"].values.rows == v.rows
     # Without max_abs_ref: the atol alone.
     for artifact in report.artifacts:
         name = f"artifact parity: {artifact.kind}"
-        assert now[name].values["max_abs_ref"] == 0.0
-        assert now[name].values["limit"] == report.thresholds.atol[artifact.kind]
+        assert now[name].values.max_abs_ref == 0.0
+        assert now[name].values.limit == report.thresholds.atol[artifact.kind]
     for name in set(before) - {"agreement"} - {n for n in before if n.startswith("artifact parity")}:
         assert now[name] == before[name], name
     assert again.thresholds.min_speedup is None

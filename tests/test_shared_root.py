@@ -177,7 +177,7 @@ def side_by_side(commands: list[tuple[list[str], dict]], zoo: Path, tmp: Path, *
 def read_combined(root: str) -> dict:
     summary = open_root(root).read_batch("batch.json")
     assert summary is not None, f"no combined batch.json in {root}"
-    return summary
+    return summary.to_json()
 
 
 def test_two_slurm_array_tasks_into_one_local_root_are_one_batch(zoo, unsharded, tmp_path):
@@ -304,7 +304,7 @@ def test_a_task_killed_with_sigkill_and_retried_redoes_nothing_it_finished(zoo, 
 
     def shard1_done() -> list[str]:
         summary = open_root(root).read_batch("shards/1-of-2/batch.json")
-        return [m["folder"] for m in summary["models"]] if summary else []
+        return [m.folder for m in summary.models] if summary else []
 
     deadline = time.monotonic() + 300
     while not shard1_done() and time.monotonic() < deadline and task1.poll() is None:

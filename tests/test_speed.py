@@ -26,6 +26,7 @@ from mpconvert.keras.activation_memory import COMPUTED, activation_bytes, activa
 from mpconvert.options.gate import GateOptions, Thresholds
 from mpconvert.options.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
+from mpconvert.report.doctor import Bench, Timed
 from mpconvert.report.gate import SPEED, evaluate
 from mpconvert.report.sections.speed import Latency
 from mpconvert.speed import (
@@ -159,7 +160,7 @@ def test_activation_memory_is_computed_from_output_shapes_and_dtypes(K):
     # Converted: hidden in float16 (2 bytes); the model output stays float32.
     converted_bytes = batch * (16 * 2 + 4 * 4)  # 3072
     found = activation_memory(original, model, batch)
-    assert found == {
+    assert found.to_json() == {
         "batch": batch,
         "float32_bytes": float32_bytes,
         "converted_bytes": converted_bytes,
@@ -293,16 +294,14 @@ def layers(float16, bfloat16):
 
     def entry(speedup):
         if speedup is None:
-            return {"ms": None, "speedup": None, "note": "not supported: no kernel"}
-        return {"ms": 10.0 / speedup, "speedup": speedup, "note": None}
+            return Timed(None, None, "not supported: no kernel")
+        return Timed(10.0 / speedup, speedup, None)
 
     return {
-        case: {
-            "what": f"a {case} layer",
-            "float32": entry(1.0),
-            "mixed_float16": entry(float16[i]),
-            "mixed_bfloat16": entry(bfloat16[i]),
-        }
+        case: Bench(
+            f"a {case} layer",
+            {"float32": entry(1.0), "mixed_float16": entry(float16[i]), "mixed_bfloat16": entry(bfloat16[i])},
+        )
         for i, case in enumerate(("dense", "conv"))
     }
 
@@ -318,8 +317,8 @@ def test_the_doctor_recommends_the_policy_measured_faster_on_layers():
         "mixed_float16 will not pay here: dense 0.50x, conv 0.80x of float32's speed "
         "(no float16 units on this CPU: neither avx512_fp16 nor amx_fp16)"
     )
-    assert found.policies["mixed_bfloat16"]["speedup"] == pytest.approx((1.7 * 1.2) ** 0.5, abs=1e-3)
-    assert found.policies["mixed_float16"]["pays"] is False
+    assert found.policies["mixed_bfloat16"].speedup == pytest.approx((1.7 * 1.2) ** 0.5, abs=1e-3)
+    assert found.policies["mixed_float16"].pays is False
 
 
 def test_the_doctor_keeps_float32_when_nothing_pays():
@@ -335,22 +334,22 @@ def test_the_doctor_says_not_supported_for_a_missing_kernel():
     assert "mixed_bfloat16 will not pay here: dense not supported, conv not supported" in found.lines[1]
     # A policy that runs the Dense fast but has no conv kernel does not pay.
     partial = doctor.recommend(PLAIN_CPU, layers(float16=(0.5, 0.5), bfloat16=(2.0, None)))
-    assert partial.policy is None and partial.policies["mixed_bfloat16"]["speedup"] is None
+    assert partial.policy is None and partial.policies["mixed_bfloat16"].speedup is None
 
 
 def test_a_pathological_kernel_is_named_with_its_fixes_first():
     # The Xeon's figures: a float16 Dense 67x slower than float32, bfloat16 fine.
     timed = layers(float16=(1 / 67, 0.9), bfloat16=(1.3, 1.1))
-    fixed = {"dense": {"mixed_float16": {"speedup": 1.2}}}
+    fixed = {"dense": Bench("a dense layer", {"mixed_float16": Timed(8.3, 1.2)})}
     found = doctor.explain_pathologies(timed, fixed)
-    assert [(f["layer"], f["policy"], f["slower"]) for f in found] == [("dense", "mixed_float16", 67.0)]
-    assert found[0]["summary"] == (
+    assert [(f.layer, f.policy, f.slower) for f in found] == [("dense", "mixed_float16", 67.0)]
+    assert found[0].summary == (
         "mixed_float16's dense kernel is 67x slower than float32 here (a dense layer): a broken kernel, "
         "not a missing speed-up; mixed_bfloat16 runs it at 1.30x of float32's speed; "
         "with TF_ENABLE_ONEDNN_OPTS=0 mixed_float16 runs it at 1.20x"
     )
     advice = doctor.recommend(PLAIN_CPU, timed, found=found)
-    assert advice.lines[0] == found[0]["summary"] and advice.pathologies[0]["onednn_off_speedup"] == 1.2
+    assert advice.lines[0] == found[0].summary and advice.pathologies[0].onednn_off_speedup == 1.2
     assert (
         doctor.explain_pathologies(layers(float16=(0.3, 0.9), bfloat16=(1.0, 1.0)), {}) == []
     )  # 3.3x: slow, not broken
@@ -497,7 +496,7 @@ def speed_checks(speed, min_speedup):
 def test_the_speed_check_judges_the_savedmodel_path(min_speedup, passed):
     check = speed_checks(SPEED_SECTION, min_speedup)[SPEED]
     assert check.passed is passed
-    assert check.values["path"] == "savedmodel" and check.values["ratio"] == 1.6
+    assert check.values.path == "savedmodel" and check.values.ratio == 1.6
     sign = ">=" if passed else "<"
     assert check.message == (
         f"savedmodel 1.60x as fast as float32 (52 ms -> 32.5 ms, batch 256, CPU: AMD EPYC) {sign} min {min_speedup:.2f}x"
@@ -508,13 +507,13 @@ def test_the_speed_check_falls_back_to_the_keras_path():
     speed = json.loads(json.dumps(SPEED_SECTION))
     speed["paths"]["savedmodel"].update(converted_ms=None, ratio=None, note="not timed")
     check = speed_checks(speed, 1.3)[SPEED]
-    assert not check.passed and check.values["path"] == "keras"
+    assert not check.passed and check.values.path == "keras"
     assert check.message.startswith("keras 1.20x as fast as float32") and check.message.endswith("< min 1.30x")
 
 
 def test_the_speed_check_fails_when_speed_was_not_measured():
     check = speed_checks(None, 1.2)[SPEED]
-    assert not check.passed and check.values["ratio"] is None
+    assert not check.passed and check.values.ratio is None
     assert check.message.startswith("speed was not measured")
 
 
@@ -535,8 +534,7 @@ def test_old_thresholds_load_and_the_option_overrides_them():
 
 def test_the_speed_check_is_a_junit_case_and_a_markdown_row(tmp_path):
     report = make_report(validation={"drop": 0.0}, speed=SPEED_SECTION)
-    gate = evaluate(typed(report, thresholds(min_speedup=2.0)), thresholds(min_speedup=2.0))
-    judged = {**report, "passed": gate.passed, "gate": gate.as_dict()}
+    judged = typed(report, thresholds(min_speedup=2.0))
     write_junit(judged, tmp_path / "junit.xml")
     (suite,) = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
     assert [case.name for case in suite if not case.is_passed] == [SPEED]
@@ -550,19 +548,18 @@ def test_the_speed_check_is_a_junit_case_and_a_markdown_row(tmp_path):
 
 def test_the_summary_line_for_speed_and_memory(capsys):
     report = make_report(speed=SPEED_SECTION)
-    assert speed_line(report) == (
+    assert speed_line(typed(report)) == (
         "speed (CPU, batch 256): keras 1.20x, savedmodel 1.60x faster than float32; activations 0.50x (computed)"
     )
     slower = json.loads(json.dumps(SPEED_SECTION))
-    for path in slower["paths"].values():
-        path["ratio"] = 0.5
+    for path in slower["paths"].values():  # the ratio is float32_ms / converted_ms
+        path["converted_ms"] = 2 * path["float32_ms"]
     slower["paths"]["onnx"] = {"float32_ms": 1.0, "converted_ms": None, "ratio": None, "runtime": "x", "note": "n"}
-    assert speed_line(make_report(speed=slower)).startswith(
+    assert speed_line(typed(make_report(speed=slower))).startswith(
         "speed (CPU, batch 256): keras 0.50x, savedmodel 0.50x float32's speed (slower); onnx not timed"
     )
-    assert speed_line(make_report()) is None
-    gate = evaluate(typed(report, thresholds()), thresholds())
-    render_summary({**report, "passed": gate.passed, "gate": gate.as_dict()})
+    assert speed_line(typed(make_report())) is None
+    render_summary(typed(report, thresholds()))
     assert "speed (CPU, batch 256): keras 1.20x" in capsys.readouterr().out
 
 

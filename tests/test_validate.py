@@ -153,7 +153,7 @@ def test_harming_6_of_60_right_rows_keeps_90_percent(min_agreement, passed):
     assert check.message == (
         f"kept 90.00% of the 60 rows the float32 model got right (6 harmed, 10 fixed) {sign} min {min_agreement:.2%}"
     )
-    assert check.values == {
+    assert check.values.to_json() == {
         "kept_correct": 0.9,
         "min_agreement": min_agreement,
         "rows": 60,

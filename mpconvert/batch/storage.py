@@ -26,7 +26,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpconvert.batch.results import BATCH_NAME, parse_batch, read_batch, write_batch
+from mpconvert.batch.results import BATCH_NAME, BatchSummary, parse_batch, read_batch, write_batch
 from mpconvert.batch.worker import RESULT_NAME
 from mpconvert.render.html import INDEX_HTML, batch_page, write_batch_page
 from mpconvert.system.objectstore import Store, open_store, staging_root
@@ -53,10 +53,10 @@ class LocalRoot:
         folder = self.local / relative
         return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
-    def read_batch(self, relative: str) -> dict | None:
+    def read_batch(self, relative: str) -> BatchSummary | None:
         return read_batch(self.local / relative) if (self.local / relative).is_file() else None
 
-    def write_batch(self, relative: str, summary: dict) -> None:
+    def write_batch(self, relative: str, summary: BatchSummary) -> None:
         write_batch(self.local / relative, summary)
         if relative == BATCH_NAME:  # the root's own summary gets the page people open
             write_batch_page(summary, self.local)
@@ -105,7 +105,7 @@ class RemoteRoot:
         prefix = relative.rstrip("/") + "/"
         return sorted({f[len(prefix) :].split("/")[0] for f in self._files(relative) if f.startswith(prefix)})
 
-    def read_batch(self, relative: str) -> dict | None:
+    def read_batch(self, relative: str) -> BatchSummary | None:
         with self._calling("read", relative):
             try:
                 text = self.store.fs.cat_file(self._remote(relative)).decode()
@@ -113,11 +113,11 @@ class RemoteRoot:
                 return None
         return parse_batch(text, self.path(relative))
 
-    def write_batch(self, relative: str, summary: dict) -> None:
+    def write_batch(self, relative: str, summary: BatchSummary) -> None:
         # One PUT: readers see the old object or the new one.
         with self._calling("write", relative):
             self.store.fs.pipe_file(
-                self._remote(relative), (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode()
+                self._remote(relative), (json.dumps(summary.to_json(), indent=2, allow_nan=False) + "\n").encode()
             )
             if relative == BATCH_NAME:
                 self.store.fs.pipe_file(self._remote(INDEX_HTML), batch_page(summary, self.local).encode())

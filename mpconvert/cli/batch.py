@@ -166,7 +166,7 @@ def batch_command(
                 "the last to finish writes the combined batch.json (or run mpconvert batch-merge ROOT)",
                 err=True,
             )
-        return run.result["exit_code"]
+        return run.result.exit_code
 
     sys.exit(run_action(debug, action))
 
@@ -240,12 +240,12 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
         raise click.UsageError("several roots: give --out for the merged batch.json")
 
     def action() -> int:
-        from mpconvert.batch.results import BATCH_NAME, merge, read_batch
+        from mpconvert.batch.results import BATCH_NAME, BatchSummary, merge, read_batch
         from mpconvert.batch.shards import missing_shards, summaries_in
         from mpconvert.batch.storage import is_url, open_root
         from mpconvert.system.errors import MpconvertError
 
-        def given(root: str) -> list[dict]:  # a root (folder or URL), or a batch.json file itself
+        def given(root: str) -> list[BatchSummary]:  # a root (folder or URL), or a batch.json file itself
             return (
                 [read_batch(Path(root))] if not is_url(root) and Path(root).is_file() else summaries_in(open_root(root))
             )
@@ -263,6 +263,6 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
         target = open_root(out or home)
         target.write_batch(BATCH_NAME, merged)
         outputs.emit(merged, target.path(BATCH_NAME), batch_renderings())
-        return merged["exit_code"]
+        return merged.exit_code
 
     sys.exit(run_action(debug, action))

@@ -143,9 +143,7 @@ def convert_command(model, policy, out, force, conversion, tracking, junit, summ
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
             hooks = dataclasses.replace(display.hooks(), may_restart=restart_allowed())
             report, written = convert_and_save(options, save, hooks)
-        outputs.emit(
-            report.to_json(), f"{written}/{REPORT_NAME}" if isinstance(written, str) else written / REPORT_NAME
-        )
+        outputs.emit(report, f"{written}/{REPORT_NAME}" if isinstance(written, str) else written / REPORT_NAME)
         return report.exit_code
 
     sys.exit(run_action(debug, action))
@@ -214,12 +212,11 @@ def check_command(report_file, junit, summary, as_json, html, quiet, debug, **th
         from mpconvert.report.read import read_report
 
         report = recheck(read_report(report_file), gate_options(**thresholds))
-        stored = report.to_json()
         if html:
             from mpconvert.render.html import write_report_page
 
-            write_report_page(stored, html)
-        outputs.emit(stored, report_file)
+            write_report_page(report, html)
+        outputs.emit(report, report_file)
         return report.exit_code
 
     sys.exit(run_action(debug, action))
@@ -265,7 +262,7 @@ def replay_command(report_file, out, force, as_json, quiet, debug):
                     {
                         "replayed": str(result.replayed),
                         "out": str(result.out),
-                        "passed": result.report["passed"],
+                        "passed": result.exit_code == EXIT_OK,
                         "differences": [d.to_json() for d in result.differences],
                         "compared": len(result.compared),
                     },
@@ -297,15 +294,14 @@ def verify_command(folder, junit, summary, as_json, quiet, debug, **keywords):
     """
 
     def action() -> int:
-        from mpconvert.api import verify
+        from mpconvert.api import verified
         from mpconvert.render.verify import render_verify, verify_markdown, write_verify_junit
 
-        document = verify(folder, **keywords)
-        where = document.get("folder") or document.get("root")
+        found = verified(folder, **keywords)
         Outputs(junit, summary, as_json, quiet).emit(
-            document, where, Renderings(render_verify, verify_markdown, write_verify_junit)
+            found, found.where, Renderings(render_verify, verify_markdown, write_verify_junit)
         )
-        return document["exit_code"]
+        return found.exit_code
 
     sys.exit(run_action(debug, action))
 

@@ -51,15 +51,19 @@ def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserial
             from mpconvert.options.load import LoadOptions
 
             load = LoadOptions(model, unsafe_deserialization, tuple(imports))
-            found, show = time_model(load, speed_batch, budget), render_model_timing
-        else:
-            from mpconvert.commands.doctor import diagnose
+            timing = time_model(load, speed_batch, budget)
+            if as_json:
+                click.echo(json.dumps(timing.to_json(), indent=2, allow_nan=False))
+            else:
+                render_model_timing(timing)
+            return 0
+        from mpconvert.commands.doctor import diagnose
 
-            found, show = diagnose().as_dict(), render_doctor
+        found = diagnose()
         if as_json:
-            click.echo(json.dumps(found, indent=2, allow_nan=False))
+            click.echo(json.dumps(found.to_json(), indent=2, allow_nan=False))
         else:
-            show(found)
+            render_doctor(found)
         return 0
 
     sys.exit(run_action(debug, action))

@@ -27,10 +27,12 @@ from __future__ import annotations
 import math
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from mpconvert.options.precision import PRECISIONS
+from mpconvert.report.doctor import Bench, Diagnosis, Pathology, PolicyVerdict, Providers, Recommendation, Timed
 from mpconvert.runners.onnx import ORT_CPU, ORT_TENSORRT
 from mpconvert.speed import Hardware, fast_units, median_ms, probe_hardware
 from mpconvert.speed.layers import bench_layers, pathologies, with_onednn_off
@@ -60,13 +62,13 @@ PAYS = 1.1
 BENCH_OPSET = 22
 
 
-def _timed(ms: dict[str, float], failed: dict[str, str]) -> dict[str, dict]:
-    """{dtype: {"ms", "speedup" (float32 ms / ms), "note"}} for every dtype, measured or not."""
+def _timed(ms: dict[str, float], failed: dict[str, str]) -> dict[str, Timed]:
+    """Every dtype's timing (ms, speed-up over float32), measured or not (and why)."""
     timed = figures(ms, DTYPES)
-    return {dtype: {**timed[dtype], "note": failed.get(dtype)} for dtype in DTYPES}
+    return {dtype: Timed(timed[dtype]["ms"], timed[dtype]["speedup"], failed.get(dtype)) for dtype in DTYPES}
 
 
-def _result(op: str, matmul: tuple, conv: tuple, runs: dict, failed: dict[str, str], repeats: int) -> dict:
+def _result(op: str, matmul: tuple, conv: tuple, runs: dict, failed: dict[str, str], repeats: int) -> Bench:
     """One op's benchmark entry: its shape in words, then each dtype's timing.
 
     Every callable in `runs` has run once already (tracing, or the session's
@@ -76,7 +78,7 @@ def _result(op: str, matmul: tuple, conv: tuple, runs: dict, failed: dict[str, s
         shape = f"{matmul[0]}x{matmul[1]} @ {matmul[1]}x{matmul[2]}"
     else:
         shape = f"3x3, {conv[3]}->{conv[4]} channels, {conv[0]}x{conv[1]}x{conv[2]}"
-    return {"shape": shape, **_timed(median_ms(runs, repeats=repeats, budget_s=BUDGET_S, warmup=1), failed)}
+    return Bench(shape, _timed(median_ms(runs, repeats=repeats, budget_s=BUDGET_S, warmup=1), failed), "shape")
 
 
 # --- ONNX Runtime ---------------------------------------------------------------
@@ -121,16 +123,17 @@ def _onnx_graph(op: str, dtype: str, matmul: tuple, conv: tuple):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", BENCH_OPSET)], ir_version=10), x_shape
 
 
-def onnxruntime_providers() -> dict[str, list[str]]:
+def onnxruntime_providers() -> Providers:
     """The providers ONNX Runtime lists, and those that really load here."""
     from mpconvert.runners.onnx import usable_providers
 
-    return usable_providers()
+    found = usable_providers()
+    return Providers(tuple(found["available"]), tuple(found["usable"]))
 
 
 def bench_onnxruntime(
     provider: str = ORT_CPU, matmul: tuple = MATMUL, conv: tuple = CONV, repeats: int = REPEATS
-) -> dict:
+) -> dict[str, Bench]:
     """Matmul and conv in each dtype on one ONNX Runtime provider.
 
     A dtype the provider has no kernel for (bfloat16 on CPU) is reported as
@@ -172,36 +175,26 @@ def _geomean(values) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def _ratios(layers: dict, policy: str) -> str:
+def _ratios(layers: Mapping[str, Bench], policy: str) -> str:
     parts = []
     for case, entry in layers.items():
-        speedup = entry[policy]["speedup"]
+        speedup = entry.timings[policy].speedup
         parts.append(f"{case} {'not supported' if speedup is None else f'{speedup:.2f}x'}")
     return ", ".join(parts)
 
 
-def _onnx_speedups(bench: dict, dtype: str) -> str:
-    ops = {op: bench[op][dtype]["speedup"] for op in ("matmul", "conv")}
+def _onnx_speedups(bench: Mapping[str, Bench], dtype: str) -> str:
+    ops = {op: bench[op].timings[dtype].speedup for op in ("matmul", "conv")}
     if all(s is None for s in ops.values()):
         return f"{dtype} not supported"
     return f"{dtype} " + ", ".join(f"{op} {'not supported' if s is None else f'{s:.2f}x'}" for op, s in ops.items())
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    policy: str | None  # None: neither policy pays here; keep float32
-    lines: tuple[str, ...]
-    # policy -> {layer: speed-up, ..., "speedup" (their geometric mean), "pays"}
-    policies: dict[str, dict]
-    # Layers far slower under a policy than in float32, with what fixes them (measured)
-    pathologies: tuple[dict, ...] = ()
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 def recommend(
-    hardware: Hardware, layers: dict, onnxruntime: dict | None = None, found: list[dict] | None = None
+    hardware: Hardware,
+    layers: Mapping[str, Bench],
+    onnxruntime: Mapping[str, Mapping[str, Bench]] | None = None,
+    found: list[Pathology] | None = None,
 ) -> Recommendation:
     """The policy measured fastest here on Keras layers in tf.function, if any pays, with the numbers in words.
 
@@ -210,19 +203,15 @@ def recommend(
     """
     judged = {}
     for name in PRECISIONS:
-        speedups = {case: entry[name]["speedup"] for case, entry in layers.items()}
+        speedups = {case: entry.timings[name].speedup for case, entry in layers.items()}
         gain = _geomean(speedups.values())
-        judged[name] = {
-            **speedups,
-            "speedup": None if gain is None else round(gain, 3),
-            "pays": bool(gain and gain >= PAYS),
-        }
-    paying = sorted((p for p in judged if judged[p]["pays"]), key=lambda p: -judged[p]["speedup"])
+        judged[name] = PolicyVerdict(speedups, None if gain is None else round(gain, 3), bool(gain and gain >= PAYS))
+    paying = sorted((p for p in judged if judged[p].pays), key=lambda p: -(judged[p].speedup or 0.0))
     best = paying[0] if paying else None
     lines = []
     if best:
         lines.append(
-            f"{best}: {_ratios(layers, best)} of float32's speed (geometric mean {judged[best]['speedup']:.2f}x) "
+            f"{best}: {_ratios(layers, best)} of float32's speed (geometric mean {judged[best].speedup:.2f}x) "
             f"for Keras layers in tf.function here ({hardware.device})"
         )
     else:
@@ -236,24 +225,25 @@ def recommend(
             continue
         has, why = fast_units(hardware, PRECISIONS[name].compute_dtype)
         reason = f" ({why})" if has is False else ""
-        verdict = "will not pay here" if not judged[name]["pays"] else "also pays here"
+        verdict = "will not pay here" if not judged[name].pays else "also pays here"
         lines.append(f"{name} {verdict}: {_ratios(layers, name)} of float32's speed{reason}")
     for finding in found or []:
-        lines.insert(0, finding["summary"])
+        lines.insert(0, finding.summary)
     for provider, bench in (onnxruntime or {}).items():
         parts = [_onnx_speedups(bench, dtype) for dtype in DTYPES[1:]]
         lines.append(f"ONNX Runtime {provider}: {'; '.join(parts)} (bare MatMul and Conv, against float32)")
     return Recommendation(best, tuple(lines), judged, tuple(found or ()))
 
 
-def explain_pathologies(layers: dict, fixed: dict | None) -> list[dict]:
+def explain_pathologies(layers: Mapping[str, Bench], fixed: Mapping[str, Bench] | None) -> list[Pathology]:
     """Each pathological (layer, policy) with what fixes it: the other policy, and oneDNN rewrites off (measured)."""
     found = []
     for finding in pathologies(layers):
-        layer, policy = finding["layer"], finding["policy"]
+        layer, policy = finding.layer, finding.policy
         other = next(p for p in PRECISIONS if p != policy)
-        other_speedup = layers[layer][other]["speedup"]
-        off = ((fixed or {}).get(layer) or {}).get(policy, {}).get("speedup")
+        other_speedup = layers[layer].timings[other].speedup
+        again = (fixed or {}).get(layer)
+        off = again.timings[policy].speedup if again and policy in again.timings else None
         fixes = []
         if other_speedup is not None:
             fixes.append(f"{other} runs it at {other_speedup:.2f}x of float32's speed")
@@ -262,38 +252,14 @@ def explain_pathologies(layers: dict, fixed: dict | None) -> list[dict]:
         elif fixed is None:
             fixes.append("TF_ENABLE_ONEDNN_OPTS=0 could not be measured (the child process failed)")
         summary = (
-            f"{policy}'s {layer} kernel is {finding['slower']:g}x slower than float32 here ({finding['what']}): "
+            f"{policy}'s {layer} kernel is {finding.slower:g}x slower than float32 here ({finding.what}): "
             "a broken kernel, not a missing speed-up" + (f"; {'; '.join(fixes)}" if fixes else "")
         )
-        found.append({**finding, "other_policy_speedup": other_speedup, "onednn_off_speedup": off, "summary": summary})
+        found.append(replace(finding, other_policy_speedup=other_speedup, onednn_off_speedup=off, summary=summary))
     return found
 
 
 # --- everything, for the command --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    hardware: Hardware
-    providers: dict[str, list[str]]
-    versions: dict[str, str | None]
-    layers: dict  # speed.layers.bench_layers's result
-    onnxruntime: dict[str, dict]  # provider -> bench_onnxruntime's result
-    recommendation: Recommendation
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict:
-        return {
-            "hardware": self.hardware.as_dict(),
-            "onnxruntime": self.providers,
-            "versions": self.versions,
-            "benchmark": {
-                "layers": {"device": self.hardware.device, **self.layers},
-                "onnxruntime": self.onnxruntime,
-                "seconds": round(self.seconds, 2),
-            },
-            "recommendation": self.recommendation.as_dict(),
-        }
 
 
 def diagnose(
@@ -311,9 +277,9 @@ def diagnose(
     start = time.perf_counter()
     timed_layers = bench_layers()
     slow = pathologies(timed_layers)
-    fixed = with_onednn_off(tuple(dict.fromkeys(f["layer"] for f in slow))) if slow else {}
+    fixed = with_onednn_off(tuple(dict.fromkeys(f.layer for f in slow))) if slow else {}
     # TensorRT builds an engine per graph (seconds each): only CUDA and CPU are timed.
-    timed = [p for p in providers["usable"] if p != ORT_TENSORRT][:1]
+    timed = [p for p in providers.usable if p != ORT_TENSORRT][:1]
     onnxruntime = {p: bench_onnxruntime(p, matmul, conv, repeats) for p in timed}
     seconds = time.perf_counter() - start
     found = {"mpconvert": mpconvert_version(), **versions()}

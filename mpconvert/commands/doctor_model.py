@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from mpconvert.commands.doctor import PAYS
 from mpconvert.options.convert import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH
 from mpconvert.options.load import LoadOptions
 from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.options.validate import PARITY_SAMPLES
+from mpconvert.report.doctor import ModelTiming, PolicyTiming, ProbeFinding, WithFix
 from mpconvert.speed import median_ms, probe_hardware
 from mpconvert.speed.timing import figures
 from mpconvert.system.errors import MpconvertError
@@ -132,9 +132,10 @@ def _time_in_child(
     return timed, None, None
 
 
-def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: float = DEFAULT_DOCTOR_BUDGET_S) -> dict:
-    """{model, batch, device, policies: {policy: {ms, speedup, note, cut_short, with_fix}}, kernel_probe,
-    recommendation, recommended_policy, cut_short, seconds}."""
+def time_model(
+    load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: float = DEFAULT_DOCTOR_BUDGET_S
+) -> ModelTiming:
+    """The model's serving path timed under float32 and each policy (or why not), and the advice."""
     import os
 
     from mpconvert.speed import kernel_probe
@@ -185,27 +186,20 @@ def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: fl
         else:
             fix_note = f"with {FIX}: not timed, the budget ran out"
     shown = figures({p: ms for p, ms in timed.items()}, MODEL_POLICIES)
-    result: dict[str, dict[str, Any]] = {}
+    result: dict[str, PolicyTiming] = {}
     for policy in MODEL_POLICIES:
-        entry: dict[str, Any] = {**shown[policy], "note": cut.get(policy) or notes.get(policy)}
-        entry["cut_short"] = policy in cut
-        entry["with_fix"] = None
+        note = cut.get(policy) or notes.get(policy)
+        with_fix = None
         if policy in cut:
             if policy in fixed and fixed.get("float32"):
                 ms = fixed[policy]
-                entry["with_fix"] = {
-                    "setting": FIX,
-                    "ms": round(ms, 3),
-                    "float32_ms": round(fixed["float32"], 3),
-                    "speedup": round(fixed["float32"] / ms, 3),
-                }
+                float32_ms = fixed["float32"]
+                with_fix = WithFix(FIX, round(ms, 3), round(float32_ms, 3), round(float32_ms / ms, 3))
             elif fix_note:
-                entry["note"] = f"{entry['note']}; {fix_note}"
-        result[policy] = entry
-    candidates = {p: result[p]["speedup"] for p in MODEL_POLICIES[1:] if result[p]["speedup"] is not None}
-    fixed_candidates = {
-        p: result[p]["with_fix"]["speedup"] for p in MODEL_POLICIES[1:] if result[p]["with_fix"] is not None
-    }
+                note = f"{note}; {fix_note}"
+        result[policy] = PolicyTiming(shown[policy]["ms"], shown[policy]["speedup"], note, policy in cut, with_fix)
+    candidates = {p: s for p in MODEL_POLICIES[1:] if (s := result[p].speedup) is not None}
+    fixed_candidates = {p: f.speedup for p in MODEL_POLICIES[1:] if (f := result[p].with_fix) is not None}
     device = probe_hardware().device
     paying = {p: s for p, s in candidates.items() if s >= PAYS}
     paying_fixed = {p: s for p, s in fixed_candidates.items() if s >= PAYS}
@@ -233,21 +227,20 @@ def time_model(load: LoadOptions, batch: int = DEFAULT_SPEED_BATCH, budget_s: fl
     untimed = next((p for p in order if p in notes), None)
     short = [f"the {budget_s:g} s budget ran out before {untimed} was timed"] if untimed else []
     short += [f"{p} {cut[p]}" for p in MODEL_POLICIES[1:] if p in cut]
-    return {
-        "model": str(load.path),
-        "batch": batch,
-        "device": device,
-        "policies": result,
-        "kernel_probe": {
-            p: {"slower": None if v.slower == float("inf") else v.slower, "cached": v.cached, "note": v.note}
-            for p, v in probed.items()
+    return ModelTiming(
+        model=str(load.path),
+        batch=batch,
+        device=device,
+        policies=result,
+        kernel_probe={
+            p: ProbeFinding(None if v.slower == float("inf") else v.slower, v.cached, v.note) for p, v in probed.items()
         },
-        "recommendation": advice,
-        "recommended_policy": best,
-        "recommended_setting": setting,  # an environment setting the recommended policy needs here, or None
-        "cut_short": "; ".join(short) or None,
-        "seconds": round(time.perf_counter() - started, 2),
-    }
+        recommendation=advice,
+        recommended_policy=best,
+        recommended_setting=setting,
+        cut_short="; ".join(short) or None,
+        seconds=round(time.perf_counter() - started, 2),
+    )
 
 
 if __name__ == "__main__":

@@ -137,9 +137,10 @@ def replay_inputs(stored: Mapping[str, Any], report: Path) -> ReplayInputs:
     folder = Path(provenance.folder) if provenance.folder else _inferred_folder(provenance)
     if keywords.get("baseline"):
         keywords["baseline"] = _baseline(provenance, str(keywords["baseline"]), folder, report)
-    modules = [(name, f"--import {name}") for name in keywords.get("imports") or ()]
-    if data.source == "callable" and isinstance(keywords.get("data"), str):
-        modules.append((keywords["data"].split(":")[0], f"--data {keywords['data']}"))
+    imports, given = keywords.get("imports"), keywords.get("data")
+    modules = [(str(name), f"--import {name}") for name in (imports if isinstance(imports, list) else ())]
+    if data.source == "callable" and isinstance(given, str):
+        modules.append((given.split(":")[0], f"--data {given}"))
     for name, option in modules:
         _check_module(name, option, provenance, folder, report)
     return ReplayInputs(keywords, folder)

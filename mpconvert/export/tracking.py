@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from mpconvert.options.tracking import TrackingOptions
+from mpconvert.report.batch import BatchSummary
+from mpconvert.report.report import Report
 from mpconvert.system.errors import MpconvertError
 from mpconvert.system.hooks import NO_HOOKS, Hooks
 
@@ -164,12 +166,12 @@ class Tracker:
                 raise
             return found.experiment_id
 
-    def log(self, stored: Mapping[str, Any], folder: Path) -> Logged | None:
-        """The written output `folder` and its report (report.json's content) as one run; None when untracked."""
+    def log(self, report: Report, folder: Path) -> Logged | None:
+        """The written output `folder` and its report as one run; None when untracked."""
         if not self.active:
             return None
         try:
-            logged = self._log(stored, Path(folder))
+            logged = self._log(report, Path(folder))
         except MpconvertError:
             raise
         except Exception as exc:
@@ -191,13 +193,15 @@ class Tracker:
                 self.hooks.note(f"registered {self.options.register!r} version {logged.version}")
         return logged
 
-    def _log(self, stored: Mapping[str, Any], folder: Path) -> Logged:
+    def _log(self, report: Report, folder: Path) -> Logged:
         client = self.client
-        passed = bool(stored["passed"])
-        tags = run_tags(stored)
+        # The params and metrics are report.json's keys and figures, flattened: made from its JSON form.
+        stored = report.to_json()
+        passed = report.passed
+        tags = run_tags(report)
         if self.options.parent_run:
             tags["mlflow.parentRunId"] = self.options.parent_run
-        name = f"{stored['source'].get('name') or folder.name} [{stored['policy']}]"
+        name = f"{report.source.name or folder.name} [{report.policy}]"
         run = client.create_run(self.experiment_id(), run_name=name, tags=tags)
         run_id = run.info.run_id
         try:
@@ -211,7 +215,7 @@ class Tracker:
             for i in range(0, len(metrics), _METRICS_PER_CALL):
                 client.log_batch(run_id, metrics=metrics[i : i + _METRICS_PER_CALL])
             client.log_artifacts(run_id, str(folder))
-            version = self._register(stored, run_id, run.info.artifact_uri) if passed else None
+            version = self._register(report, stored, run_id, run.info.artifact_uri) if passed else None
         except BaseException:
             with contextlib.suppress(Exception):
                 client.set_terminated(run_id, "FAILED")
@@ -219,7 +223,7 @@ class Tracker:
         client.set_terminated(run_id, "FINISHED")
         return Logged(run_id, run.info.experiment_id, run.info.artifact_uri, version)
 
-    def _register(self, stored: Mapping[str, Any], run_id: str, artifact_uri: str) -> str | None:
+    def _register(self, report: Report, stored: Mapping[str, Any], run_id: str, artifact_uri: str) -> str | None:
         name = self.options.register
         if name is None:
             return None
@@ -230,8 +234,8 @@ class Tracker:
         except MlflowException as exc:
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":  # a version of it was registered before
                 raise
-        onnx = f"{artifact_uri}/model.onnx" if (_artifact_kinds(stored) & {"onnx"}) else None
-        tags = {"mpconvert.verdict": "passed", "mpconvert.policy": str(stored["policy"]), **drop_tags(stored)}
+        onnx = f"{artifact_uri}/model.onnx" if any(a.kind == "onnx" for a in report.artifacts) else None
+        tags = {"mpconvert.verdict": "passed", "mpconvert.policy": report.policy, **drop_tags(stored)}
         if onnx:
             tags["mpconvert.onnx"] = onnx
         version = self.client.create_model_version(
@@ -246,10 +250,6 @@ class Tracker:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _artifact_kinds(stored: Mapping[str, Any]) -> set[str]:
-    return {a["kind"] for a in stored.get("artifacts") or ()}
 
 
 def start(options: TrackingOptions, export_kinds: tuple[str, ...] = (), hooks: Hooks = NO_HOOKS) -> Tracker:
@@ -284,7 +284,7 @@ def _skip_or_raise(options: TrackingOptions, problem: MpconvertError, hooks: Hoo
     return Tracker(options, skipped=problem.message, hooks=hooks)
 
 
-# --- what a run records, from report.json's content -------------------------------------------
+# --- what a run records: report.json's keys and figures, as MLflow's params, metrics and tags ----------
 
 
 def _param_value(value: Any) -> str:
@@ -298,14 +298,15 @@ def run_params(stored: Mapping[str, Any]) -> dict[str, str]:
     return {key: _param_value(value) for key, value in (provenance.get("options") or {}).items()}
 
 
-def run_tags(stored: Mapping[str, Any]) -> dict[str, str]:
+def run_tags(report: Report) -> dict[str, str]:
     """The verdict, the policy, the model and the mpconvert that converted it."""
-    failed = [c["name"] for c in stored["gate"]["checks"] if not c["passed"]]
+    gate = report.gate
+    failed = [c.name for c in gate.failed]
     tags = {
-        "mpconvert.verdict": "passed" if stored["passed"] else "gate_failed",
-        "mpconvert.policy": str(stored["policy"]),
-        "mpconvert.model": str(stored["source"].get("path") or stored["source"].get("name") or ""),
-        "mpconvert.version": str((stored.get("versions") or {}).get("mpconvert") or ""),
+        "mpconvert.verdict": "passed" if gate.passed else "gate_failed",
+        "mpconvert.policy": report.policy,
+        "mpconvert.model": str(report.source.path or report.source.name or ""),
+        "mpconvert.version": str(report.versions.to_json().get("mpconvert") or ""),
     }
     if failed:
         tags["mpconvert.failed_checks"] = ", ".join(failed)
@@ -378,7 +379,7 @@ class ParentRun:
             return None
         return replace(self.tracker.options, parent_run=self.run_id)
 
-    def finish(self, summary: Mapping[str, Any], files: tuple[Path, ...]) -> None:
+    def finish(self, summary: BatchSummary, files: tuple[Path, ...]) -> None:
         """batch.json and index.html logged on the parent run, which then ends FINISHED."""
         if self.run_id is None:
             return
@@ -386,7 +387,7 @@ class ParentRun:
         try:
             for name, value in _totals(summary):
                 client.log_metric(self.run_id, name, value)
-            client.set_tag(self.run_id, "mpconvert.exit_code", str(summary.get("exit_code")))
+            client.set_tag(self.run_id, "mpconvert.exit_code", str(summary.exit_code))
             for path in files:
                 if path.is_file():
                     client.log_artifact(self.run_id, str(path))
@@ -410,8 +411,8 @@ class ParentRun:
                 self.tracker.client.set_terminated(self.run_id, "FAILED")
 
 
-def _totals(summary: Mapping[str, Any]) -> list[tuple[str, float]]:
-    totals = summary.get("totals") or {}
+def _totals(summary: BatchSummary) -> list[tuple[str, float]]:
+    totals = summary.totals.to_json()
     return [(f"totals/{k}", float(v)) for k, v in totals.items() if _number(v) is not None]
 
 

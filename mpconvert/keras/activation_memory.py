@@ -8,7 +8,7 @@ from typing import Any
 
 from mpconvert.data.signature import Signature, signature_of
 from mpconvert.keras.trace import graph_of, is_container, nodes
-from mpconvert.report.sections.speed import memory_ratio
+from mpconvert.report.sections.speed import ActivationMemory
 
 COMPUTED = "computed from layer output shapes and dtypes"
 
@@ -56,7 +56,7 @@ def activation_bytes(model: Any, batch: int) -> tuple[int, list[str]]:
 
 def activation_memory(
     original: Any, converted: Any, batch: int, *, inputs: list | None = None, signature: Signature | None = None
-) -> dict:
+) -> ActivationMemory:
     """Activation memory at `batch` rows: the converted model against the float32 original.
 
     Measured (peak GPU memory of one forward pass, less what was allocated
@@ -80,14 +80,7 @@ def activation_memory(
     else:
         (f32, missing_f32), (conv, missing_conv) = activation_bytes(original, batch), activation_bytes(converted, batch)
         method, unknown = COMPUTED, sorted(set(missing_f32 + missing_conv))
-    return {
-        "batch": batch,
-        "float32_bytes": f32,
-        "converted_bytes": conv,
-        "ratio": memory_ratio(f32, conv),
-        "method": method,
-        "unknown_layers": unknown,
-    }
+    return ActivationMemory.of(batch, f32, conv, method, tuple(unknown))
 
 
 def _peak_gpu_bytes(run: Callable[[], None]) -> int:

@@ -30,6 +30,7 @@ from mpconvert.options.finetune import FinetuneOptions
 from mpconvert.options.precision import Precision
 from mpconvert.report.measure import metric_value
 from mpconvert.report.sections import Finetune, FinetuneKept
+from mpconvert.report.sections.stages import History, LossRange, LossScale, OutputTuning, StepTime
 from mpconvert.report.sections.validation import worse_by
 from mpconvert.runners.keras import predict
 from mpconvert.system.errors import MpconvertError
@@ -49,16 +50,16 @@ TIMED_STEPS = 5
 HISTORY_POINTS = 200
 
 
-def history_of(losses: list[float], scales: list[float]) -> dict:
+def history_of(losses: list[float], scales: list[float]) -> History:
     """Every step's loss (and scale), thinned evenly to HISTORY_POINTS with the last step always in."""
     count = len(losses)
     stride = max(1, -(-count // HISTORY_POINTS))
     picked = sorted({*range(0, count, stride), count - 1}) if count else []
-    return {
-        "step": [i + 1 for i in picked],
-        "loss": [float(losses[i]) if np.isfinite(losses[i]) else None for i in picked],
-        "loss_scale": [float(scales[i]) for i in picked] if len(scales) == count else None,
-    }
+    return History(
+        tuple(i + 1 for i in picked),
+        tuple(float(losses[i]) if np.isfinite(losses[i]) else None for i in picked),
+        tuple(float(scales[i]) for i in picked) if len(scales) == count else None,
+    )
 
 
 def default_loss(task: Task) -> tuple[Any, str]:
@@ -430,21 +431,14 @@ def finetune(
         steps=len(losses),
         requested_steps=requested,
         skipped_steps=skipped,
-        loss_scale=(
-            {"initial": initial_scale, "final": scales[-1], "min": min(scales)}
-            if initial_scale is not None and scales
-            else None
-        ),
-        loss={
-            "first": finite_losses[0] if finite_losses else None,
-            "last": losses[-1] if np.isfinite(losses[-1]) else None,
-        },
+        loss_scale=LossScale(initial_scale, scales[-1], min(scales)) if initial_scale is not None and scales else None,
+        loss=LossRange(finite_losses[0] if finite_losses else None, losses[-1] if np.isfinite(losses[-1]) else None),
         metric=context.metrics[first],
         metric_before=before.get(first),
         metric_after=after.get(first),
         kept=kept,
         seconds=time.perf_counter() - started,
-        step_time={"float32_ms": round(float32_ms, 3), "converted_ms": round(converted_ms, 3)},
+        step_time=StepTime(round(float32_ms, 3), round(converted_ms, 3)),
         step_time_ratio=round(converted_ms / float32_ms, 3) if float32_ms > 0 else None,
         healthy=problem is None,
         problem=problem[0] if problem else None,
@@ -454,7 +448,7 @@ def finetune(
         batch_size=options.batch_size,
         seed=seed,
         outputs=(
-            {names[i]: {"metric": context.metrics[i], "before": before[i], "after": after.get(i)} for i in scored}
+            {names[i]: OutputTuning(context.metrics[i], before[i], after.get(i)) for i in scored}
             if len(names) > 1
             else None
         ),

@@ -55,6 +55,7 @@ from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import Precision
 from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.report.sections import Source
+from mpconvert.report.sections.speed import ActivationMemory
 from mpconvert.runners.keras import KerasRunner, input_specs, serving_fn
 from mpconvert.runners.savedmodel import DEFAULT_SIGNATURE
 from mpconvert.system.errors import MpconvertError
@@ -129,7 +130,7 @@ class LayerMemory:
     original: KerasModel
     signature: Signature
 
-    def measure(self, model: KerasModel, batch: int, rows: list[np.ndarray]) -> dict:
+    def measure(self, model: KerasModel, batch: int, rows: list[np.ndarray]) -> ActivationMemory | None:
         return activation_memory(self.original, model, batch, inputs=rows, signature=self.signature)
 
 

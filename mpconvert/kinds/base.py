@@ -41,7 +41,10 @@ from mpconvert.options.finetune import FinetuneOptions
 from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import Precision
 from mpconvert.options.rewrite import RewriteOptions
-from mpconvert.report.sections import Fidelity, Finetune, Layer, Lint, PaddingReport, Source
+from mpconvert.report.sections import Finetune, Lint, PaddingReport
+from mpconvert.report.sections.run import Fidelity, Layer, Source
+from mpconvert.report.sections.speed import ActivationMemory
+from mpconvert.report.sections.stages import PaddedDim, SkippedDim
 from mpconvert.runners.base import Runner
 from mpconvert.system.hooks import StepCallback
 
@@ -146,10 +149,10 @@ class PaddingPlan(Protocol):
     def flops_overhead(self) -> float: ...  # the padded multiply-adds over the model's, less 1
 
     @property
-    def padded(self) -> tuple[dict, ...]: ...  # {"layer", "dim", "from", "to"}
+    def padded(self) -> tuple[PaddedDim, ...]: ...
 
     @property
-    def skipped(self) -> tuple[dict, ...]: ...  # {"layer", "dim", "from", "reason"}
+    def skipped(self) -> tuple[SkippedDim, ...]: ...
 
 
 class Padder(Protocol[M]):
@@ -163,7 +166,7 @@ class Padder(Protocol[M]):
 
 
 class ActivationMemoryMeter(Protocol[M_contra]):
-    def measure(self, model: M_contra, batch: int, rows: list[np.ndarray]) -> dict | None:
+    def measure(self, model: M_contra, batch: int, rows: list[np.ndarray]) -> ActivationMemory | None:
         """The converted `model`'s activation memory against the original's at `batch` rows."""
         ...
 

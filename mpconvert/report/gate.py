@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from mpconvert.data.formats import INPUT_LAYER, units_of
 from mpconvert.data.rows import Overlap
@@ -31,7 +31,20 @@ from mpconvert.report.checks import (
     POLICY_REWRITE,
     SPEED,
     SPEED_PATHS_JUDGED,
+    AccuracyValues,
+    AgreementNotJudged,
+    AgreementValues,
+    BaselineValues,
     Check,
+    ConsistencyValues,
+    DriftValues,
+    FinetuneValues,
+    KeptCorrectValues,
+    MissingBaselineValues,
+    OverlapValues,
+    PaddingValues,
+    PolicyValues,
+    SpeedValues,
 )
 from mpconvert.report.consistency import CONSISTENCY, Consistency
 from mpconvert.report.parity import check_parity
@@ -81,7 +94,7 @@ class GateResult:
         return {
             "passed": self.passed,
             "thresholds": native(self.thresholds.as_dict()),
-            "checks": [native(asdict(check)) for check in self.checks],
+            "checks": [check.to_json() for check in self.checks],
         }
 
 
@@ -159,7 +172,7 @@ def validation_checks(v: Validation, thresholds: Thresholds) -> list[Check]:
 def check_drift(o: OutputValidation) -> Check:
     """An output without labels: compared with the original, failed only by NaN/inf values."""
     drift = "not finite" if o.max_abs_diff is None else f"{o.max_abs_diff:.6f}"
-    values = {"max_abs_diff": o.max_abs_diff, "nonfinite_outputs": o.nonfinite_outputs}
+    values = DriftValues(o.max_abs_diff, o.nonfinite_outputs)
     if not o.rows:
         # No row ran, so there is no difference to report (0 is what an empty comparison gives).
         return Check(f"{DRIFT}: {o.name}", True, f"not judged: no labels for output {o.name!r} and no rows", values)
@@ -188,8 +201,7 @@ def check_overlap(overlap: Overlap | None, tuning: Finetune | None, max_overlap:
     )
     if not passed:
         message += "; split the data so that no validation row is a training row, or pass --finetune-steps 0"
-    values = {**overlap.to_json(), "max_overlap": max_overlap}
-    return Check(OVERLAP, passed, message, values)
+    return Check(OVERLAP, passed, message, OverlapValues(overlap, max_overlap))
 
 
 def check_consistency(found: Consistency) -> Check:
@@ -199,7 +211,7 @@ def check_consistency(found: Consistency) -> Check:
     whether the report read as mpconvert wrote it.
     """
     listed = found.listed()
-    values = {"contradictions": listed, "fields": [c.field for c in found.contradictions]}
+    values = ConsistencyValues(tuple(listed), tuple(c.field for c in found.contradictions))
     if found.passed:
         message = (
             "every derived figure (drops, shares, totals, ratios, the padding proof) and the stored verdict "
@@ -241,7 +253,7 @@ def _policy_rewrite(report: Judged) -> Check:
     policy = report.policy
     counts = layer_counts(policy, report.layers)
     converted, kept = counts.converted, len(counts.kept)
-    values = {"policy": policy, "converted": converted, "kept_float32": kept}
+    values = PolicyValues(policy, converted, kept)
     units = units_of(report.source.format)
     if converted:
         return Check(POLICY_REWRITE, True, f"{converted} {units} converted to {policy}, {kept} kept float32", values)
@@ -255,7 +267,7 @@ def _policy_rewrite(report: Judged) -> Check:
 
 
 def _finetune_health(tuning: Finetune) -> Check:
-    values = {key: getattr(tuning, key) for key in ("steps", "requested_steps", "skipped_steps", "healthy", "kept")}
+    values = FinetuneValues(tuning.steps, tuning.requested_steps, tuning.skipped_steps, tuning.healthy, tuning.kept)
     if tuning.healthy:
         message = f"{tuning.steps} steps, {tuning.skipped_steps} skipped; kept the {tuning.kept} weights"
         return Check(FINETUNE_HEALTH, True, message, values)
@@ -267,14 +279,7 @@ def _finetune_health(tuning: Finetune) -> Check:
 
 def check_accuracy(v: Measured, max_drop: float) -> Check:
     nonfinite = v.nonfinite_outputs
-    values: dict[str, Any] = {
-        "metric": v.metric,
-        "reference": v.reference,
-        "converted": v.converted,
-        "drop": v.drop,
-        "max_drop": max_drop,
-        "nonfinite_outputs": nonfinite,
-    }
+    values = AccuracyValues(v.metric, v.reference, v.converted, v.drop, max_drop, nonfinite)
     if v.metric is None:
         passed = nonfinite == 0
         drift = "not finite" if v.max_abs_diff is None else f"{v.max_abs_diff:.6f}"
@@ -307,7 +312,7 @@ def check_accuracy(v: Measured, max_drop: float) -> Check:
             f"; {nonfinite} NaN/inf output values{named}: activations overflow 16 bits "
             "(try mixed_bfloat16 or --keep-float32 on the overflowing layers)"
         )
-        values["nonfinite_by_output"] = where or None
+        values = replace(values, nonfinite_by_output=where or None)
     return Check(ACCURACY, passed, message, values)
 
 
@@ -330,13 +335,13 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
             if v.rows
             else "not judged: no rows"
         )
-        return Check(AGREEMENT, True, message, {"agreement": None, "rows": 0})
+        return Check(AGREEMENT, True, message, AgreementNotJudged())
     if v.kept_correct_rows == 0:
         message = (
             f"not judged: the float32 model got none of the {v.agreement_rows} decisive {unit} right, "
             f"so none can be harmed ({v.fixed} fixed)"
         )
-        return Check(AGREEMENT, True, message, {"kept_correct": None, "rows": 0, "fixed": v.fixed})
+        return Check(AGREEMENT, True, message, AgreementNotJudged("kept_correct", fixed=v.fixed))
     if v.kept_correct is not None:
         least = _least_judged(min_agreement)
         if v.harmed and v.kept_correct_rows is not None and v.kept_correct_rows < least:
@@ -348,8 +353,7 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
                 f"{unit} right, fewer than {least}, the least at which min {min_agreement:.2%} allows one harmed "
                 f"({v.harmed} harmed, {v.fixed} fixed; the accuracy check judges the change)"
             )
-            not_judged = {"kept_correct": None, "rows": 0, "harmed": v.harmed, "fixed": v.fixed}
-            return Check(AGREEMENT, True, message, not_judged)
+            return Check(AGREEMENT, True, message, AgreementNotJudged("kept_correct", v.harmed, v.fixed))
         return _kept_correct(v, v.kept_correct, min_agreement)
     if v.agreement is None:
         return None
@@ -357,8 +361,7 @@ def check_agreement(v: Measured, min_agreement: float) -> Check | None:
     passed = within(min_agreement, agreement)
     message = f"predictions agree on {agreement:.2%} of {_decisive(v)} {unit} {'>=' if passed else '<'} min {min_agreement:.2%}"
     rows = v.rows if v.agreement_rows is None else v.agreement_rows
-    values = {"agreement": agreement, "min_agreement": min_agreement, "rows": rows}
-    return Check(AGREEMENT, passed, message, values)
+    return Check(AGREEMENT, passed, message, AgreementValues(agreement, min_agreement, rows))
 
 
 def _least_judged(min_agreement: float) -> int:
@@ -378,14 +381,7 @@ def _kept_correct(v: Measured, kept: float, min_agreement: float) -> Check:
         f"kept {kept:.2%} of the {v.kept_correct_rows} {_unit(v)} the float32 model got right "
         f"({v.harmed} harmed, {v.fixed} fixed{left_out}) {'>=' if passed else '<'} min {min_agreement:.2%}"
     )
-    values = {
-        "kept_correct": kept,
-        "min_agreement": min_agreement,
-        "rows": v.kept_correct_rows,
-        "harmed": v.harmed,
-        "fixed": v.fixed,
-        "agreement": v.agreement,
-    }
+    values = KeptCorrectValues(kept, min_agreement, v.kept_correct_rows, v.harmed, v.fixed, v.agreement)
     return Check(AGREEMENT, passed, message, values)
 
 
@@ -404,7 +400,7 @@ def _unit(v: Measured) -> str:
 def _padding(padding: PaddingReport) -> Check:
     diff = padding.max_abs_diff
     diff_text = "n/a (not finite)" if diff is None else f"{diff:.3g}"
-    values = {key: getattr(padding, key) for key in ("multiple", "max_abs_diff", "flops_overhead", "exported")}
+    values = PaddingValues(padding.multiple, padding.max_abs_diff, padding.flops_overhead, padding.exported)
     if not padding.compared:
         # No padded model was built, so there is no proof to claim: say why, as the stage did.
         reason = padding.reason or "nothing to pad"
@@ -441,7 +437,7 @@ def _baselines(v: Validation, baseline: Baseline, max_regression: float) -> list
                 f"{BASELINE}: {o.name}",
                 False,
                 f"the baseline has no measured output {o.name!r}: not comparable",
-                {"baseline_path": baseline.path},
+                MissingBaselineValues(baseline.path),
             )
         else:
             one = replace(baseline, metric=old["metric"], converted=old["converted"])
@@ -451,18 +447,12 @@ def _baselines(v: Validation, baseline: Baseline, max_regression: float) -> list
 
 
 def _baseline(v: Measured, baseline: Baseline, max_regression: float) -> Check:
-    values: dict[str, Any] = {
-        "metric": v.metric,
-        "converted": v.converted,
-        "baseline": baseline.converted,
-        "max_regression": max_regression,
-        "baseline_path": baseline.path,
-    }
+    values = BaselineValues(v.metric, v.converted, baseline.converted, max_regression, baseline.path)
     if v.metric is None or v.metric != baseline.metric or v.converted is None:
         message = f"this run measured {v.metric or 'no metric'}, the baseline {baseline.metric}: not comparable"
         return Check(BASELINE, False, message, values)
     regression = worse_by(v.metric, baseline.converted, v.converted)
-    values["regression"] = regression
+    values = replace(values, regression=regression)
     passed = within(regression, max_regression)
     change = f"worse by {regression:.4f}" if regression > 0 else f"not worse ({-regression:+.4f})"
     message = (
@@ -479,7 +469,7 @@ def check_speed(speed: SpeedReport | None, min_speedup: float) -> Check:
     A report without a measured speed fails: the threshold cannot be met
     by not measuring.
     """
-    values: dict[str, Any] = {"min_speedup": min_speedup, "ratio": None}
+    values = SpeedValues(min_speedup, None)
     paths = speed.paths if speed else {}
     timed = [(name, paths[name]) for name in SPEED_PATHS_JUDGED if name in paths and paths[name].ratio is not None]
     if speed is None or not timed:
@@ -492,14 +482,7 @@ def check_speed(speed: SpeedReport | None, min_speedup: float) -> Check:
     ratio = path.ratio
     assert ratio is not None and path.float32_ms and path.converted_ms  # a ratio needs both times
     measured = speed.measured
-    values.update(
-        path=name,
-        ratio=ratio,
-        float32_ms=path.float32_ms,
-        converted_ms=path.converted_ms,
-        device=measured.device,
-        batch=measured.batch,
-    )
+    values = SpeedValues(min_speedup, ratio, name, path.float32_ms, path.converted_ms, measured.device, measured.batch)
     passed = within(min_speedup, ratio)
     message = (
         f"{name} {ratio:.2f}x as fast as float32 ({path.float32_ms:.3g} ms -> {path.converted_ms:.3g} ms, "

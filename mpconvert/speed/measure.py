@@ -20,7 +20,7 @@ import numpy as np
 
 from mpconvert.options.convert import DEFAULT_SPEED_BATCH
 from mpconvert.report.sections import PaddingCost, PathSpeed, Speed
-from mpconvert.report.sections.speed import Latency
+from mpconvert.report.sections.speed import ActivationMemory, Latency
 from mpconvert.runners.base import Runner
 from mpconvert.runners.onnx import missing_kernel
 from mpconvert.speed.hardware import Hardware, probe_hardware
@@ -55,7 +55,7 @@ def measure_speed(
     inputs: Sequence[np.ndarray],
     *,
     batch: int = SPEED_BATCH,
-    memory: Callable[[list[np.ndarray]], dict | None] | None = None,
+    memory: Callable[[list[np.ndarray]], ActivationMemory | None] | None = None,
     hardware: Hardware | None = None,
     repeats: int = REPEATS,
     budget_s: float = BUDGET_S,

@@ -22,6 +22,7 @@ from mpconvert.keras.configs import CHANNEL_NORMALIZATION_LAYERS, SOFTMAX_ACTIVA
 from mpconvert.keras.pad.flops import GATES, flops
 from mpconvert.keras.pad.layer_graph import Layer, LayerGraph, Spaces, known
 from mpconvert.options.pad import PadOptions
+from mpconvert.report.sections.stages import PaddedDim, SkippedDim
 
 # Layers that act on each channel separately and have no weights: padded
 # channels pass straight through them.
@@ -82,8 +83,8 @@ class PadPlan:
     input_pads: dict[str, int]  # input layer -> new width
     slices: tuple[tuple[str, str], ...]  # (tensor producer, consumer or "" for a model output)
     flatten_maps: dict[str, str]  # Dense after a Flatten -> the Flatten
-    padded: tuple[dict, ...]
-    skipped: tuple[dict, ...]
+    padded: tuple[PaddedDim, ...]
+    skipped: tuple[SkippedDim, ...]
     flops: int
     padded_flops: int
 
@@ -285,14 +286,14 @@ def classify(graph: LayerGraph) -> Channels:
 # --- 2. grouping: one decision per channel space ----------------------------
 
 
-def _dimension(ch: Channels, layer: str) -> dict:
-    """How the report names a producer's dimension, padded or skipped."""
+def _padded(ch: Channels, layer: str, to: int) -> PaddedDim:
     dim, width = ch.producers[layer]
-    return {"layer": layer, "dim": dim, "from": width}
+    return PaddedDim(layer, dim, width, to)
 
 
-def _skip(ch: Channels, layer: str, reason: str) -> dict:
-    return {**_dimension(ch, layer), "reason": reason}
+def _skip(ch: Channels, layer: str, reason: str) -> SkippedDim:
+    dim, width = ch.producers[layer]
+    return SkippedDim(layer, dim, width, reason)
 
 
 def _groups(ch: Channels) -> dict[str, list[str]]:
@@ -303,10 +304,10 @@ def _groups(ch: Channels) -> dict[str, list[str]]:
     return groups
 
 
-def _candidates(ch: Channels, groups: dict[str, list[str]], multiple: int) -> tuple[dict[str, int], list[dict]]:
+def _candidates(ch: Channels, groups: dict[str, list[str]], multiple: int) -> tuple[dict[str, int], list[SkippedDim]]:
     """Spaces worth padding (root -> target width), and the skipped producers."""
     candidates: dict[str, int] = {}
-    skipped: list[dict] = []
+    skipped: list[SkippedDim] = []
     for root, names in groups.items():
         widths = {ch.producers[n][1] for n in names}
         width = next(iter(widths))
@@ -343,7 +344,7 @@ def _widths(graph: LayerGraph, ch: Channels, chosen: dict[str, int]) -> tuple[di
 
 def _fit_budget(
     graph: LayerGraph, ch: Channels, groups: dict[str, list[str]], candidates: dict[str, int], max_overhead: float
-) -> tuple[dict[str, int], list[dict]]:
+) -> tuple[dict[str, int], list[SkippedDim]]:
     """Cheapest spaces first, while the whole model's FLOPs stay within budget."""
     base = flops(graph, {}, {})
 
@@ -351,7 +352,7 @@ def _fit_budget(
         return flops(graph, *_widths(graph, ch, {root: candidates[root]})) - base
 
     accepted: dict[str, int] = {}
-    skipped: list[dict] = []
+    skipped: list[SkippedDim] = []
     for root in sorted(candidates, key=cost):
         trial = {**accepted, root: candidates[root]}
         overhead = (flops(graph, *_widths(graph, ch, trial)) / base - 1.0) if base else 0.0
@@ -386,8 +387,8 @@ def plan_padding(graph: LayerGraph, options: PadOptions) -> PadPlan:
         input_pads={n: w for n, w in out.items() if is_input[n]},
         slices=slices,
         flatten_maps={d: f for d, f in ch.flatten_maps.items() if padded_space(ch.flattens[f])},
-        padded=tuple({**_dimension(ch, n), "to": w} for n, w in sorted(out.items())),
-        skipped=tuple(sorted(skipped + over_budget, key=lambda s: s["layer"])),
+        padded=tuple(_padded(ch, n, w) for n, w in sorted(out.items())),
+        skipped=tuple(sorted(skipped + over_budget, key=lambda s: s.layer)),
         flops=flops(graph, {}, {}),
         padded_flops=flops(graph, out, ins),
     )

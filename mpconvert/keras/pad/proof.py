@@ -18,7 +18,14 @@ from mpconvert.options.pad import PadOptions
 from mpconvert.options.precision import SIXTEEN_BIT, Precision
 from mpconvert.report.compare import compare
 from mpconvert.report.sections import PaddingReport
-from mpconvert.report.sections.stages import NOT_TRIED, NOTHING_TO_PAD, PADDED, UNPADDED, padding_failures
+from mpconvert.report.sections.stages import (
+    NOT_TRIED,
+    NOTHING_TO_PAD,
+    PADDED,
+    UNPADDED,
+    SkippedDim,
+    padding_failures,
+)
 from mpconvert.runners.keras import forward
 
 
@@ -57,11 +64,11 @@ def _float32_twin(model: Any, framework: Framework) -> Any:
     return rebuild(framework, model, config)
 
 
-def _nothing_to_pad(skipped: tuple[dict, ...], multiple: int) -> str:
+def _nothing_to_pad(skipped: tuple[SkippedDim, ...], multiple: int) -> str:
     """Why the plan padded nothing: every dimension a multiple already, or left as it is with its reason."""
     if not skipped:
         return f"{NOTHING_TO_PAD}: every channel dimension is already a multiple of {multiple}"
-    named = "; ".join(f"{s['layer']} {s['dim']} {s['from']}: {s['reason']}" for s in skipped[:3])
+    named = "; ".join(f"{s.layer} {s.dim} {s.width}: {s.reason}" for s in skipped[:3])
     more = f"; and {len(skipped) - 3} more" if len(skipped) > 3 else ""
     return (
         f"{NOTHING_TO_PAD}: every channel dimension is a multiple of {multiple} already or left as it is "

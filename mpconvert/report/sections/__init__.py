@@ -9,10 +9,12 @@ written before it existed being absent (`base.known`). The report itself
 """
 
 from mpconvert.report.sections.artifacts import Artifact, ArtifactOutput
-from mpconvert.report.sections.base import Section, known, member, native
+from mpconvert.report.sections.base import JSONValue, Section, known, member, native
+from mpconvert.report.sections.machine import Gpu, Hardware
 from mpconvert.report.sections.provenance import DataRecord, Golden, InputFile, Provenance
 from mpconvert.report.sections.run import Fidelity, Layer, Skipped, Source, Timings, Versions, versions
 from mpconvert.report.sections.speed import (
+    ActivationMemory,
     KernelProbe,
     PaddingCost,
     PathSpeed,
@@ -36,6 +38,7 @@ from mpconvert.report.sections.stages import (
 from mpconvert.report.sections.validation import OutputValidation, TokenScores, Validation
 
 __all__ = [
+    "ActivationMemory",
     "Artifact",
     "ArtifactOutput",
     "AutoKeep",
@@ -45,7 +48,10 @@ __all__ = [
     "Finetune",
     "FinetuneKept",
     "Golden",
+    "Gpu",
+    "Hardware",
     "InputFile",
+    "JSONValue",
     "KernelProbe",
     "Layer",
     "Lint",

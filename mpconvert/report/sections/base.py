@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 E = TypeVar("E", bound=Enum)
 
+# A value JSON can hold: what a section keeps where its keys are not its own (the keywords that rebuild a run).
+JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
+
 
 def native(value: Any) -> Any:
     """`value` in JSON-native types: sections as their JSON form, Enums as their strings, tuples as lists.

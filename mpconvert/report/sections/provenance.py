@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mpconvert.report.sections.base import Section, known
+from mpconvert.report.sections.base import JSONValue, Section, known
+from mpconvert.report.sections.machine import Hardware
 from mpconvert.system.digests import digest
 
 
@@ -60,9 +61,10 @@ class Provenance(Section):
     data: DataRecord
     # The keywords that rebuild the run's options (`api.conversion_options(model, policy, **options)`),
     # the export's included; a value that has no JSON form (custom_objects, arrays) is named, not kept.
-    options: dict[str, Any]
+    # Any keyword an options declaration names, so a mapping of JSON values rather than fields of its own.
+    options: Mapping[str, JSONValue]
     command: tuple[str, ...] | None  # the command line; None for the Python API
-    machine: dict[str, Any]  # speed.hardware.Hardware.as_dict(): the CPU, its 16-bit flags, GPUs
+    machine: Hardware  # the CPU, its 16-bit flags, GPUs
     # The folder the run started in (absolute): relative paths in `options` and `command`, and the
     # modules `--import` and `--data module:function` name, were found from there. None in reports
     # written before it was recorded.
@@ -83,7 +85,7 @@ class Provenance(Section):
                 "data": DataRecord.from_json(found["data"] or {}),
                 "options": dict(found["options"] or {}),
                 "command": None if command is None else tuple(command),
-                "machine": dict(found["machine"] or {}),
+                "machine": Hardware.from_json(found["machine"] or {}),
                 "baseline": None if baseline is None else InputFile.from_json(baseline),
                 "modules": {name: InputFile.from_json(f) for name, f in (found["modules"] or {}).items()},
             }
@@ -109,7 +111,7 @@ class Golden(Section):
         return cls(**known(cls, stored))
 
 
-def recorded(value: Any) -> Any:
+def recorded(value: Any) -> JSONValue:
     """An option's value as the report keeps it: JSON values as they are, anything else by its type's name."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
@@ -125,7 +127,7 @@ def recorded(value: Any) -> Any:
     return f"<{type(value).__name__}: not recorded>"
 
 
-def recorded_options(*keywords: Mapping[str, Any]) -> dict[str, Any]:
+def recorded_options(*keywords: Mapping[str, Any]) -> dict[str, JSONValue]:
     return {name: recorded(value) for found in keywords for name, value in found.items()}
 
 

@@ -85,6 +85,33 @@ class Latency(Section):
 
 
 @dataclass(frozen=True)
+class ActivationMemory(Section):
+    """Activation memory at the speed batch: the converted model against float32, measured on a GPU, else
+    computed from every layer's output shape and dtype (`method` says which)."""
+
+    batch: int
+    float32_bytes: int | None
+    converted_bytes: int | None
+    ratio: float | None  # converted / float32 (`memory_ratio`): below 1 the converted model needs less
+    method: str
+    unknown_layers: tuple[str, ...] = ()  # layers whose output size is only known at run time: not counted
+
+    @classmethod
+    def of(
+        cls, batch: int, float32_bytes: int, converted_bytes: int, method: str, unknown: tuple[str, ...] = ()
+    ) -> ActivationMemory:
+        return cls(batch, float32_bytes, converted_bytes, memory_ratio(float32_bytes, converted_bytes), method, unknown)
+
+    def derived(self) -> ActivationMemory:
+        return replace(self, ratio=memory_ratio(self.float32_bytes, self.converted_bytes))
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> ActivationMemory:
+        found = known(cls, stored)
+        return cls(**{**found, "method": found["method"] or "", "unknown_layers": tuple(found["unknown_layers"] or ())})
+
+
+@dataclass(frozen=True)
 class PathSpeed:
     """Both models through one path; a side that could not run has None and a note."""
 
@@ -130,7 +157,7 @@ class Speed:
     batch: int  # rows per call (--speed-batch); the data's rows repeated when it has fewer
     rows: int  # validation rows available
     paths: dict[str, PathSpeed] = field(default_factory=dict)
-    memory: dict | None = None  # activation_memory's result
+    memory: ActivationMemory | None = None
 
     def with_path(self, name: str, timing: PathSpeed) -> Speed:
         """This result with one more path (the ONNX file, timed after the export)."""
@@ -138,10 +165,7 @@ class Speed:
 
     def derived(self) -> Speed:
         """The memory ratio computed again from the byte counts (the path ratios always are: `PathSpeed.ratio`)."""
-        memory = self.memory
-        if memory and "float32_bytes" in memory and "converted_bytes" in memory:
-            memory = {**memory, "ratio": memory_ratio(memory["float32_bytes"], memory["converted_bytes"])}
-        return replace(self, memory=memory)
+        return replace(self, memory=self.memory.derived() if self.memory else None)
 
     @property
     def summary(self) -> str:
@@ -156,8 +180,8 @@ class Speed:
         ]
         if served:
             text += f"; the converted model at batch {self.batch}: " + "; ".join(served)
-        if self.memory and self.memory.get("ratio") is not None:
-            text += f"; activation memory {self.memory['ratio']:.2f}x float32's ({self.memory['method']})"
+        if self.memory and self.memory.ratio is not None:
+            text += f"; activation memory {self.memory.ratio:.2f}x float32's ({self.memory.method})"
         return "; ".join([text, *untimed])
 
     @property
@@ -173,7 +197,7 @@ class Speed:
             "batch": self.batch,
             "rows": self.rows,
             "paths": {name: p.to_json() for name, p in self.paths.items()},
-            "memory": self.memory,
+            "memory": None if self.memory is None else self.memory.to_json(),
             "summary": self.summary,
         }
 
@@ -181,7 +205,9 @@ class Speed:
     def from_json(cls, stored: Mapping[str, Any]) -> Speed:
         paths = {name: PathSpeed.from_json(p) for name, p in (stored.get("paths") or {}).items()}
         batch: Any = stored.get("batch")
-        return cls(stored.get("device", ""), batch, stored.get("rows", batch), paths, stored.get("memory"))
+        memory = stored.get("memory")
+        found = None if memory is None else ActivationMemory.from_json(memory)
+        return cls(stored.get("device", ""), batch, stored.get("rows", batch), paths, found)
 
     # The names callers of earlier versions use.
     as_dict = to_json

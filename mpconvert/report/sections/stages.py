@@ -10,7 +10,7 @@ from typing import Any
 from mpconvert.options.rewrite import AutoKeepMode
 from mpconvert.options.tolerance import Tolerance
 from mpconvert.options.validate import Metric
-from mpconvert.report.sections.base import Section, known, member, native
+from mpconvert.report.sections.base import JSONValue, Section, known, member, native
 
 
 class FinetuneKept(StrEnum):
@@ -21,18 +21,85 @@ class FinetuneKept(StrEnum):
 
 
 @dataclass(frozen=True)
+class LossScale(Section):
+    """The dynamic loss scale over a float16 fine-tune: where it started, ended and how low it went."""
+
+    initial: float
+    final: float
+    min: float
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> LossScale:
+        return cls(**known(cls, stored))
+
+
+@dataclass(frozen=True)
+class LossRange(Section):
+    """The fine-tune's loss at its first finite step and its last step (None where not finite)."""
+
+    first: float | None
+    last: float | None
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> LossRange:
+        return cls(**known(cls, stored))
+
+
+@dataclass(frozen=True)
+class StepTime(Section):
+    """One training step's median time, float32 against the converted model."""
+
+    float32_ms: float
+    converted_ms: float
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> StepTime:
+        return cls(**known(cls, stored))
+
+
+@dataclass(frozen=True)
+class OutputTuning(Section):
+    """One labelled output of a model with several: its metric before and after the fine-tune."""
+
+    metric: Metric
+    before: float | None
+    after: float | None  # None when stopped by a health check
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> OutputTuning:
+        found = known(cls, stored)
+        return cls(**{**found, "metric": member(Metric, found["metric"])})
+
+
+@dataclass(frozen=True)
+class History(Section):
+    """The loss (and loss scale) over the steps, for report.html's chart: at most HISTORY_POINTS steps."""
+
+    step: tuple[int, ...]
+    loss: tuple[float | None, ...]
+    loss_scale: tuple[float, ...] | None  # None without loss scaling (bfloat16)
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> History:
+        scale = stored.get("loss_scale")
+        return cls(
+            tuple(stored.get("step") or ()), tuple(stored.get("loss") or ()), None if scale is None else tuple(scale)
+        )
+
+
+@dataclass(frozen=True)
 class Finetune(Section):
     steps: int  # steps run (fewer than requested when a health check stopped it)
     requested_steps: int
     skipped_steps: int
-    loss_scale: dict | None  # {initial, final, min}; None without loss scaling (bfloat16)
-    loss: dict  # {first, last}
+    loss_scale: LossScale | None  # None without loss scaling (bfloat16)
+    loss: LossRange
     metric: Metric
     metric_before: float | None  # None when no output has validation labels
     metric_after: float | None  # None when stopped by a health check
     kept: FinetuneKept
     seconds: float
-    step_time: dict  # {float32_ms, converted_ms}
+    step_time: StepTime
     step_time_ratio: float | None  # converted / float32; below 1 is faster
     healthy: bool
     problem: str | None  # what went wrong, in plain words
@@ -41,22 +108,25 @@ class Finetune(Section):
     learning_rate: float
     batch_size: int
     seed: int
-    # Several outputs: {output name: {metric, before, after}} for each labelled one
-    # (the fields above are the first's); None for one output.
-    outputs: dict | None = None
-    # The loss (and loss scale) over the steps, for report.html's chart:
-    # {step: [...], loss: [...], loss_scale: [...] or None}, at most HISTORY_POINTS steps.
-    history: dict | None = None
+    # Several outputs: each labelled one's metric before and after, by name (the fields above are the first's);
+    # None for one output.
+    outputs: Mapping[str, OutputTuning] | None = None
+    history: History | None = None  # the loss (and loss scale) over the steps, for report.html's chart
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Finetune:
         found = known(cls, stored)
-        metric = found["metric"]
+        metric, scale, outputs, history = found["metric"], found["loss_scale"], found["outputs"], found["history"]
         return cls(
             **{
                 **found,
                 "kept": member(FinetuneKept, found["kept"]),
                 "metric": None if metric is None else member(Metric, metric),
+                "loss_scale": None if scale is None else LossScale.from_json(scale),
+                "loss": LossRange.from_json(found["loss"] or {}),
+                "step_time": StepTime.from_json(found["step_time"] or {}),
+                "outputs": None if outputs is None else {n: OutputTuning.from_json(o) for n, o in outputs.items()},
+                "history": None if history is None else History.from_json(history),
             }
         )
 
@@ -78,6 +148,40 @@ def padding_failures(
     return failures
 
 
+@dataclass(frozen=True)
+class PaddedDim:
+    """A producer's channel dimension the padding widened."""
+
+    layer: str
+    dim: str  # which of its dimensions ("units", "filters", ...)
+    width: int  # its width before (report.json's "from")
+    to: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layer": self.layer, "dim": self.dim, "from": self.width, "to": self.to}
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> PaddedDim:
+        return cls(stored["layer"], stored["dim"], stored["from"], stored["to"])
+
+
+@dataclass(frozen=True)
+class SkippedDim:
+    """A producer's channel dimension the padding left as it is, and why."""
+
+    layer: str
+    dim: str
+    width: int  # report.json's "from"
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"layer": self.layer, "dim": self.dim, "from": self.width, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> SkippedDim:
+        return cls(stored["layer"], stored["dim"], stored["from"], stored["reason"])
+
+
 PADDED, UNPADDED = "padded", "unpadded"
 NOTHING_TO_PAD = "nothing to pad"  # how the stage's reason begins when it padded nothing (and proved nothing)
 NOT_TRIED = "padding not tried"  # ... when it did not plan or prove anything (a model too large to copy twice)
@@ -89,12 +193,12 @@ class PaddingReport(Section):
 
     multiple: int
     max_overhead: float | None = None
-    padded: tuple[dict, ...] = ()  # the plan's {layer, dim, from, to}
-    skipped: tuple[dict, ...] = ()  # the plan's {layer, dim, from, reason}
+    padded: tuple[PaddedDim, ...] = ()  # the plan's
+    skipped: tuple[SkippedDim, ...] = ()
     flops_overhead: float | None = None
     max_abs_diff: float | None = None  # padded against unpadded in the policy; None when not finite or not run
     float32_max_abs_diff: float | None = None  # the same in float32, where the padding logic must be exact
-    tolerance: dict | None = None  # {"float32": ..., policy: ...}
+    tolerance: Mapping[str, float] | None = None  # {"float32": ..., policy: ...}
     passed: bool = True
     exported: str | None = None  # "padded" or "unpadded"
     reason: str | None = None  # why nothing was padded, or why the proof failed
@@ -126,7 +230,10 @@ class PaddingReport(Section):
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> PaddingReport:
         found = known(cls, stored)
-        return cls(**{**found, "padded": tuple(found["padded"] or ()), "skipped": tuple(found["skipped"] or ())})
+        padded = tuple(PaddedDim.from_json(d) for d in found["padded"] or ())
+        return cls(
+            **{**found, "padded": padded, "skipped": tuple(SkippedDim.from_json(d) for d in found["skipped"] or ())}
+        )
 
 
 @dataclass(frozen=True)
@@ -134,7 +241,8 @@ class Finding(Section):
     layer: str
     kind: str  # "overflow", "input overflow", "weights", "constant", "epsilon", "information loss", "input information loss"
     message: str  # with the numbers: "output max 3.1e5 > float16 max 65504"
-    values: dict = field(default_factory=dict)
+    # The figures behind it, by name (max, value, source, ...: each kind of finding its own few).
+    values: Mapping[str, JSONValue] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> Finding:
