@@ -386,7 +386,8 @@ def _from_concrete_function(concrete, opset, tables=None):
     input_names = [t.name for t in concrete.inputs if id(t) not in captured and t.dtype != tf.resource]
     # Each lookup table's captured handle becomes a HashTableV2 with a shared name, its contents handed
     # to tf2onnx as an initialized table: what tf2onnx's own SavedModel loader does for tables.
-    placeholders, initialized = {}, {}
+    placeholders: dict = {}
+    initialized: dict = {}
     for external, internal in concrete.graph.captures:
         if id(external) in (tables or {}):
             keys, values, _ = tables[id(external)]

@@ -139,7 +139,7 @@ def reject_unconverted_ops(proto, unit_of):
     # has it: ops tf2onnx cannot map stay in the graph under their TensorFlow
     # op type, so that all of them can be named here with their layers.
     opsets = {o.domain or "": o.version for o in proto.opset_import}
-    first = {}  # op type -> first node of that type
+    first: dict[str, onnx.NodeProto] = {}  # op type -> first node of that type
     for g in graphs(proto.graph):
         for n in g.node:
             if schema(n, opsets.get(n.domain or "", 1)) is None:
