@@ -193,10 +193,14 @@ def test_a_sigmoid_row_is_right_only_when_every_unit_is():
     assert (v.reference, v.converted, v.drop) == (0.75, 0.75, 0.0) and v.passed
     assert v.agreement == 0.25  # only row 2 predicts the same on both units
     assert (v.harmed, v.fixed, v.kept_correct, v.kept_correct_rows) == (1, 1, 0.5, 2)
-    assert not v.agreement_check.passed
-    assert v.agreement_check.message == (
-        "kept 50.00% of the 2 rows the float32 model got right (1 harmed, 1 fixed) < min 95.00%"
+    # 2 right rows are fewer than the 20 at which min 95% allows one harmed: not judged, and said so
+    assert v.agreement_check.passed and v.agreement_check.message.startswith(
+        "not judged: the float32 model got only 2 of the 4 decisive rows right, fewer than 20"
     )
+    # at a minimum of 100% any harm is judged, whatever the count
+    judged = gate(ref, conv, labels, max_drop=0.0, task=SIGMOID2, min_agreement=1.0).agreement_check
+    assert not judged.passed
+    assert judged.message == "kept 50.00% of the 2 rows the float32 model got right (1 harmed, 1 fixed) < min 100.00%"
 
 
 def test_no_row_right_in_float32_leaves_nothing_to_harm():
