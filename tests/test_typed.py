@@ -13,13 +13,13 @@ from reports import make_report, thresholds, typed
 
 from mpconvert.batch.results import BatchSummary, Status, entry, failed_entry, finish, merge
 from mpconvert.batch.worker import WorkerResult, WorkerSpec
+from mpconvert.options.gate import Baseline
 from mpconvert.options.tracking import TrackingOptions
 from mpconvert.report.checks import Check, ParityValues
 from mpconvert.report.gate import evaluate
 from mpconvert.report.schema import problems
 from mpconvert.report.sections import ActivationMemory, Gpu, Hardware
 from mpconvert.report.sections.speed import Latency
-from mpconvert.report.thresholds import Baseline
 from mpconvert.report.verification import (
     ArtifactRun,
     BatchVerification,
