@@ -14,6 +14,7 @@ Any other exception is mpconvert's bug and propagates.
 from __future__ import annotations
 
 import gc
+import logging
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from .sections.artifacts import DataFile, ServedBatch, overall
 from .signature import Signature
 from .validate import max_abs_diff
 from .writing import writing
+
+log = logging.getLogger("mpconvert")
 
 # Bytes of graph, metadata and report beside the weights in an output folder
 # (a few hundred KB for the sample models); a floor for the estimate.
@@ -241,6 +244,7 @@ def write_checked(writers: Sequence[Writer], expected: list, needed: int) -> lis
     """Every writer's artifact, written and re-checked; `needed` bytes must be free for each."""
     written = []
     for kind, path, write in writers:
+        log.info("artifact %s", kind)  # bench/large_model_memory.py follows these within the export
         written.append(_guarded(kind, path, expected, write, needed))
         # What re-loaded it (a SavedModel's restored variables, a reloaded .keras model: each a whole copy
         # of the weights) is a cycle of TensorFlow objects: freed before the next artifact loads its own.
