@@ -4,9 +4,10 @@ In memory (`convert`):
 
     load (+ kernel probe beside it) -> lint -> rewrite (+ float32 fidelity proof) -> kernel check -> finetune -> validate
          -> search (when the gate would fail; then rewrite -> finetune -> validate again)
-         -> pad (+ equivalence proof) -> speed
+         -> pad (+ equivalence proof) -> speed -> golden rows (the float32 original's last run)
 
-then into a staged output folder (`save`):
+then into a staged output folder (`save`; `convert_and_save`, which owns the conversion, first lets go of
+the float32 original unless --bench-onnx exports it, so that the artifacts re-load into its memory):
 
     export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> rename into place
          -> mlflow (with --mlflow: the folder as one run; its tracking server is checked before any work)

@@ -39,10 +39,7 @@ def copy_model_state(
             changed.update(copy_model_state(framework, layer, target, renames, path + "/"))
             continue
         framework.copy_layer_state(layer, target)
-        before, after = layer.weights, target.weights  # `layer` is only read: its weights now are those before
-        if len(before) != len(after) or any(tuple(a.shape) != tuple(b.shape) for a, b in zip(before, after)):
-            raise AssertionError(f"the rebuild of layer {path!r} has weights of other shapes")
-        worst = max((_variable_change(a, b) for a, b in zip(before, after)), default=0.0)
+        worst = _weights_change(layer, target, path)  # `layer` is only read: its weights now are those before
         if worst > 0:
             changed[path] = worst
     return changed
@@ -54,11 +51,22 @@ def copy_model_state(
 _SLICE_BYTES = 16 << 20
 
 
+def _weights_change(layer: Any, target: Any, path: str) -> float:
+    """The largest change of any weight of `layer` in its copy `target` (`_change`)."""
+    before, after = list(layer.weights), list(target.weights)
+    if not all(hasattr(w, "shape") for w in before + after):
+        # tf-keras lists a lookup layer's vocabulary as a weight that is no variable: get_weights reads it.
+        before, after = layer.get_weights(), target.get_weights()
+    if len(before) != len(after) or any(tuple(a.shape) != tuple(b.shape) for a, b in zip(before, after)):
+        raise AssertionError(f"the rebuild of layer {path!r} has weights of other shapes")
+    return max((_variable_change(a, b) for a, b in zip(before, after)), default=0.0)
+
+
 def _variable_change(before: Any, after: Any) -> float:
     """`_change` of two variables of one shape, read a slice of rows at a time."""
     shape = tuple(before.shape)
-    if not shape or shape[0] == 0:
-        return _change(np.asarray(before.numpy()), np.asarray(after.numpy()))
+    if not shape or None in shape or shape[0] == 0:  # tf-keras sizes some lookup variables at run time
+        return _change(np.asarray(before), np.asarray(after))
     row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * 4)
     step = max(1, _SLICE_BYTES // row_bytes)
     return max(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -111,6 +112,7 @@ class KerasKind(ModelKind):
         # load: the SavedModel's and model.keras's re-checks then reuse them instead of growing the process.
         self.original = None
         self.loaded = dataclasses.replace(self.loaded, model=None)
+        gc.collect()  # a Keras model is a cycle of references: freed by a collection, not when let go
 
     def describe(self, path: Path | None) -> Source:
         return self.loaded.source(path)
