@@ -14,8 +14,8 @@ then the CPU's name.
 
 Measured on a shared, loaded 2-core Xeon (AMX): 1.07 GB, exit 0, 221 s,
 4.27x (5.61x, 191 s before the memory round; 17.5x before the export kept
-weights apart); 2.22 GB, exit 0, 481 s, 3.51x (4.96x, 308 s before; the
-user report: exit 3, 225 s, 14.3 GiB). Both peak in the ONNX check, whose
+weights apart); 2.22 GB, exit 0, 481 s, 3.51x (4.98x, 10.27 GiB, 413 s before,
+run beside it; the user report: exit 3, 225 s, 14.3 GiB). Both peak in the ONNX check, whose
 child adds to the conversion's process at its high-water mark (docs/report.md
 says what holds it). The 2.2 GB case needs about 8 GB free and several
 minutes: `--sizes 1` runs the small one alone, `--sizes 0.6` a 0.60 GB one.
