@@ -102,6 +102,14 @@ class ModelKind(ABC):
     def can(self, capability: Capability) -> bool:
         return capability not in self.lacks
 
+    def release(self) -> None:
+        """Let go of the float32 original once nothing after the conversion runs it (the export, when no
+        --bench-onnx baseline is exported): a large model's artifacts then re-load into its memory.
+
+        Kinds whose writers read the original keep it (this default: the frozen graph's LiteRT file is
+        converted from it)."""
+        return None
+
     @abstractmethod
     def describe(self, path: Path | None) -> Source:
         """The report's `source`: where the model came from, what read it, its inputs and outputs."""
