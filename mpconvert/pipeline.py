@@ -4,9 +4,10 @@ In memory (`convert`):
 
     load (+ kernel probe beside it) -> lint -> rewrite (+ float32 fidelity proof) -> kernel check -> finetune -> validate
          -> search (when the gate would fail; then rewrite -> finetune -> validate again)
-         -> pad (+ equivalence proof) -> speed
+         -> pad (+ equivalence proof) -> speed -> golden rows (the float32 original's last run)
 
-then into a staged output folder (`save`):
+then into a staged output folder (`save`; `convert_and_save`, which owns the conversion, first lets go of
+the float32 original unless --bench-onnx exports it, so that the artifacts re-load into its memory):
 
     export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> rename into place
          -> mlflow (with --mlflow: the folder as one run; its tracking server is checked before any work)
@@ -123,6 +124,7 @@ class Converted:
     context: Context
     report: Report
     inputs: tuple[Path, ...]  # files the run read, which no output may overwrite
+    golden: GoldenRows  # golden.npz's rows, run on the float32 original while it is loaded
     speed_batch: int = SPEED_BATCH  # the serving batch the speed stage (and --bench-onnx) time at
 
 
@@ -329,6 +331,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
                         inputs,
                         batch=options.speed_batch,
                     )
+        golden = golden_rows(source, model, inputs)
     report = Report(
         policy=precision.name,
         source=source.describe(options.load.path),
@@ -345,7 +348,9 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
         timings=Timings.of(clock.timings),
         provenance=record,
     )
-    return Converted(model, candidate.plan, source, context, report, read_files(options, data), options.speed_batch)
+    return Converted(
+        model, candidate.plan, source, context, report, read_files(options, data), golden, options.speed_batch
+    )
 
 
 def export(
@@ -359,10 +364,14 @@ def export(
     )
 
 
-def golden_rows(source: ModelKind[M, Any], model: M, inputs: list[np.ndarray], out: Path) -> Golden:
-    """golden.npz under `out`: the first validation rows with the float32 and the converted model's outputs."""
+def golden_rows(source: ModelKind[M, Any], model: M, inputs: list[np.ndarray]) -> GoldenRows:
+    """The first validation rows with the float32 and the converted model's outputs (golden.npz's content)."""
     rows = [x[:GOLDEN_ROWS] for x in inputs]
-    found = GoldenRows(rows, source.runner(source.original).run(rows).outputs, source.runner(model).run(rows).outputs)
+    return GoldenRows(rows, source.runner(source.original).run(rows).outputs, source.runner(model).run(rows).outputs)
+
+
+def save_golden(source: ModelKind, found: GoldenRows, out: Path) -> Golden:
+    """golden.npz under `out`, and the report's record of it."""
     write_golden(out / GOLDEN_NAME, source.signature, found)
     return Golden.of(out, GOLDEN_NAME, found.rows)
 
@@ -449,7 +458,7 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
     with source.scope(), staged_output(out) as staging, reported_at(staging, out):
         with clock.stage("export"):
             artifacts = export(source, converted.model, inputs, staging, options.export)
-            golden = golden_rows(source, converted.model, inputs, staging)
+            golden = save_golden(source, converted.golden, staging)
         speed = converted.report.speed
         onnx_file = staging / FORMATS[ArtifactKind.ONNX].filename
         if options.export.bench_onnx and onnx_file.is_file():
@@ -495,5 +504,8 @@ def convert_and_save(
     """
     tracker = start_tracking(save_options.tracking, save_options.export.kinds, hooks)  # a server that is down, too
     with _claimed(save_options, list(read_files(options))) as out:
-        report = _write_tracked(convert(options, hooks), out, save_options, hooks, tracker)
+        converted = convert(options, hooks)
+        if not save_options.export.bench_onnx:  # its float32 baseline is the one export of the original
+            converted.source.release()
+        report = _write_tracked(converted, out, save_options, hooks, tracker)
     return report, written_at(save_options, out)

@@ -32,6 +32,12 @@ TIMED = {
     "padded_ms",
     "cost",
     "slower",
+    # a latency's samples and the figures taken from them
+    "calls_ms",
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "rows_per_s",
 }
 
 

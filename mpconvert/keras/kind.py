@@ -11,6 +11,8 @@ exports (a SavedModel, a .keras file beside it for Keras 3, an ONNX file).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import gc
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -172,6 +174,14 @@ class KerasKind(ModelKind[KerasModel, Rewritten]):
     def inspector(self) -> LayerPlanner:
         return LayerPlanner(self.original)
 
+    def release(self) -> None:
+        # TensorFlow's oneDNN CPU allocator keeps what it freed for its own next tensors (its resident
+        # memory never shrinks), so the original's weights are worth freeing only before other weights
+        # load: the SavedModel's and model.keras's re-checks then reuse them instead of growing the process.
+        self.original = None
+        self.loaded = dataclasses.replace(self.loaded, model=None)
+        gc.collect()  # a Keras model is a cycle of references: freed by a collection, not when let go
+
     def describe(self, path: Path | None) -> Source:
         return self.loaded.source(path)
 
@@ -283,7 +293,7 @@ def write_savedmodel(
         serve = guarded(serve, [spec.name for spec in signature.outputs], signature.outputs)
     if framework.is_keras3:
         archive = framework.module.export.ExportArchive()
-        archive.track(model)
+        track_once(archive, model)
         archive.add_endpoint("serve", serve, input_signature=input_specs(signature))
         archive.write_out(str(path), verbose=False)
     else:
@@ -294,6 +304,31 @@ def write_savedmodel(
         function = tf.function(serve, input_signature=input_specs(signature), autograph=False)
         signatures = {"serving_default": function.get_concrete_function()}
         model.save(str(path), save_format="tf", include_optimizer=False, signatures=signatures)
+
+
+def track_once(archive: Any, model: KerasModel) -> None:
+    """`archive.track(model)`, with each weight written once.
+
+    Keras 3.15's `track` lists the model's Keras variables, and the endpoint
+    captures the TensorFlow variables inside them: two objects per weight,
+    both saved (keras-team/keras#23553), so the SavedModel held every weight
+    twice and its re-check restored two copies (a 0.6 GB Dense stack wrote
+    1.18 GB of variables). Here the archive tracks the model through a
+    holder, which finds its lookup tables as `track` does without listing
+    its variables, and the variable lists get the TensorFlow variables
+    themselves, which the endpoint's capture then shares.
+    """
+    import tensorflow as tf
+
+    holder = tf.Module()
+    holder.model = model
+    archive.track(holder)
+    for listed, variables in (
+        (archive.variables, model.variables),
+        (archive.trainable_variables, model.trainable_variables),
+        (archive.non_trainable_variables, model.non_trainable_variables),
+    ):
+        listed.extend(v.value for v in variables)
 
 
 def _check_tf_keras_policies_survive(framework: Framework, path: Path, model: KerasModel) -> None:

@@ -217,6 +217,14 @@ class ModelKind(ABC, Generic[M, C]):
         }
         return {c: answer.reason for c, answer in found.items() if isinstance(answer, Unavailable)}
 
+    def release(self) -> None:
+        """Let go of the float32 original once nothing after the conversion runs it (the export, when no
+        --bench-onnx baseline is exported): a large model's artifacts then re-load into its memory.
+
+        Kinds whose writers read the original keep it (this default: the frozen graph's LiteRT file is
+        converted from it)."""
+        return None
+
     @abstractmethod
     def describe(self, path: Path | None) -> Source:
         """The report's `source`: where the model came from, what read it, its inputs and outputs."""
