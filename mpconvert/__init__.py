@@ -11,7 +11,7 @@ Importing this package does not import TensorFlow; converting does.
 
 import logging as _logging
 
-from mpconvert.api import Conversion, Inspection, Replay, check, convert, inspect, replay, verify
+from mpconvert.api import Conversion, Inspection, Replay, check, convert, inspect, replay, sign, verify
 from mpconvert.options.precision import POLICIES, Precision
 from mpconvert.report.report import mpconvert_version as _mpconvert_version
 from mpconvert.system.errors import MpconvertError
@@ -33,6 +33,7 @@ __all__ = [
     "convert",
     "inspect",
     "replay",
+    "sign",
     "verify",
     "__version__",
 ]

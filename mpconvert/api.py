@@ -24,6 +24,7 @@ from mpconvert.options.keywords import Keyword, build, refuse_unknown
 from mpconvert.options.load import LoadOptions
 from mpconvert.options.pad import PadOptions
 from mpconvert.options.rewrite import AutoKeepOptions, RewriteOptions
+from mpconvert.options.signing import SIGNING_KEYWORDS, SigningOptions
 from mpconvert.options.tracking import TRACKING_KEYWORDS, TrackingOptions
 from mpconvert.options.validate import ValidateOptions
 from mpconvert.options.verify import VERIFY_KEYWORDS, VerifyOptions
@@ -62,6 +63,12 @@ def tracking_options(**keywords: Any) -> TrackingOptions:
     return build(TrackingOptions, keywords, TRACKING_KEYWORDS)
 
 
+def signing_options(**keywords: Any) -> SigningOptions:
+    """Signing from keywords (sign_key: an elliptic-curve private key's PEM file); unsigned without it."""
+    refuse_unknown(keywords, SIGNING_KEYWORDS, "signing option")
+    return build(SigningOptions, keywords, SIGNING_KEYWORDS)
+
+
 def conversion_options(model: Any, policy: str, **keywords: Any) -> ConvertOptions:
     """The one options object of a conversion, from the keywords the CLI, the manifest and `convert` share.
 
@@ -95,6 +102,7 @@ setattr(  # noqa: B010
 setattr(gate_options, "__signature__", _signature(GATE_KEYWORDS))  # noqa: B010
 setattr(export_options, "__signature__", _signature(EXPORT_KEYWORDS))  # noqa: B010
 setattr(tracking_options, "__signature__", _signature(TRACKING_KEYWORDS))  # noqa: B010
+setattr(signing_options, "__signature__", _signature(SIGNING_KEYWORDS))  # noqa: B010
 
 
 class Conversion:
@@ -150,14 +158,18 @@ class Conversion:
         mlflow="http://HOST:5000" (or True for MLFLOW_TRACKING_URI) records
         the written folder as an MLflow run, register="NAME" also registers
         the SavedModel when the gate passed, mlflow_experiment,
-        mlflow_optional.
+        mlflow_optional; and sign_key="key.pem" signs the finished folder
+        (model.sig; an encrypted key's password from
+        MPCONVERT_SIGN_KEY_PASSWORD).
         """
         from mpconvert.pipeline import save
 
-        export = {k: v for k, v in keywords.items() if k not in TRACKING_KEYWORDS}
+        saving = {**TRACKING_KEYWORDS, **SIGNING_KEYWORDS}
+        export = {k: v for k, v in keywords.items() if k not in saving}
         tracking = tracking_options(**{k: v for k, v in keywords.items() if k in TRACKING_KEYWORDS})
+        signing = signing_options(**{k: v for k, v in keywords.items() if k in SIGNING_KEYWORDS})
         # A URL stays a string: object storage.
-        options = SaveOptions(out, export_options(**export), force, tracking=tracking)
+        options = SaveOptions(out, export_options(**export), force, tracking=tracking, signing=signing)
         self._report, _ = save(self._converted, options, _hooks(on_stage, None))
         return self.report
 
@@ -190,10 +202,10 @@ def convert(
     """
     from mpconvert.pipeline import convert as run
 
-    tracking = [name for name in keywords if name in TRACKING_KEYWORDS]
-    if tracking:  # a run records a written output folder, and convert() writes none
+    tracking = [name for name in keywords if name in TRACKING_KEYWORDS or name in SIGNING_KEYWORDS]
+    if tracking:  # a run records (a signature covers) a written output folder, and convert() writes none
         raise MpconvertError(
-            f"{tracking[0]} is a keyword of Conversion.save, not of convert: MLflow records the written output",
+            f"{tracking[0]} is a keyword of Conversion.save, not of convert: it is about the written output",
             hint=f"conversion = mpconvert.convert(model, policy, ...); conversion.save(out, {tracking[0]}=...)",
         )
     options = conversion_options(model, policy, **keywords)
@@ -319,8 +331,24 @@ def replay(
     return Replay(path, written, again, compared(stored, again), new.exit_code, new)
 
 
+def sign(folder: str | Path, *, sign_key: str | Path, force: bool = False) -> list[Path]:
+    """Sign a folder converted before (or a batch root and its model folders), as `mpconvert sign` does.
+
+    Every file its report recorded a sha256 for is checked first: a changed
+    one refuses the folder (MpconvertError). A folder already signed needs
+    `force`. Returns the folders signed. An encrypted key's password comes
+    from MPCONVERT_SIGN_KEY_PASSWORD, never from an argument.
+    """
+    from mpconvert.commands.sign import sign_output
+    from mpconvert.commands.signature import load_signer
+
+    signer = load_signer(signing_options(sign_key=sign_key))
+    assert signer is not None
+    return [signed.folder for signed in sign_output(folder, signer, force=force)]
+
+
 def verify_options(**keywords: Any) -> VerifyOptions:
-    """Verify options from keywords (provider, fallback, speed_batch)."""
+    """Verify options from keywords (provider, fallback, speed_batch, artifacts, public_key, require_signature)."""
     refuse_unknown(keywords, VERIFY_KEYWORDS, "verify option")
     return build(VerifyOptions, keywords, VERIFY_KEYWORDS)
 
@@ -341,6 +369,8 @@ def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
     library versions that differ from the conversion's. `write` puts
     verify.json beside report.json. Its "exit_code" is the command's: 0
     passed, 3 a check failed. Keywords: provider ("auto", "cpu", "cuda",
-    "tensorrt"), fallback, speed_batch.
+    "tensorrt"), fallback, speed_batch, artifacts, public_key (check the
+    folder's signature with it first: a missing, broken or other key's one
+    fails) and require_signature.
     """
     return verified(folder, write=write, **keywords).to_json()

@@ -9,8 +9,13 @@ In memory (`convert`):
 then into a staged output folder (`save`; `convert_and_save`, which owns the conversion, first lets go of
 the float32 original unless --bench-onnx exports it, so that the artifacts re-load into its memory):
 
-    export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> rename into place
-         -> mlflow (with --mlflow: the folder as one run; its tracking server is checked before any work)
+    export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> sign -> rename into place
+         (or upload) -> mlflow (with --mlflow: the folder as one run; its tracking server is checked before any work)
+
+The signature (with --sign-key; its key is loaded and checked before any
+work) covers every file of the folder, so it is the last thing written
+before the folder appears: nothing can change after it, and an upload
+carries it with the bytes it signs.
 
 Each stage is a method of the loaded model's kind (kinds/: a Keras model,
 a plain SavedModel's frozen graph) or a function with explicit inputs that
@@ -36,6 +41,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from mpconvert.commands.signature import Signer, load_signer, sign_folder
 from mpconvert.data.context import Context
 from mpconvert.data.rows import DataSource, EvalData, evaluation_data
 from mpconvert.export.formats import FORMATS, export_all
@@ -418,15 +424,27 @@ def written_at(options: SaveOptions, out: Path) -> Path | str:
     return without_credentials(str(options.out)) if is_url(options.out) else out
 
 
+def _signer(options: SaveOptions, hooks: Hooks) -> Signer | None:
+    """--sign-key's key, loaded and checked (readable, decrypted, a curve model signing takes) before any work."""
+    signer = load_signer(options.signing)
+    for warning in signer.warnings if signer else ():
+        log.warning(warning)
+        hooks.warning(warning)
+    return signer
+
+
 def save(converted: Converted, options: SaveOptions, hooks: Hooks = NO_HOOKS) -> tuple[Report, Path | str]:
     """Write and re-check the artifacts; the output folder (or prefix) appears whole or not at all."""
+    signer = _signer(options, hooks)
     tracker = start_tracking(options.tracking, options.export.kinds, hooks)
     with _claimed(options, list(converted.inputs)) as out:
-        report = _write_tracked(converted, out, options, hooks, tracker)
+        report = _write_tracked(converted, out, options, hooks, tracker, signer)
     return report, written_at(options, out)
 
 
-def _write_tracked(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, tracker: Tracker) -> Report:
+def _write_tracked(
+    converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, tracker: Tracker, signer: Signer | None
+) -> Report:
     """Write the output, then record it as an MLflow run when asked.
 
     Logged from `out` while the claim still holds it: for a local output the
@@ -436,22 +454,22 @@ def _write_tracked(converted: Converted, out: Path, options: SaveOptions, hooks:
     if tracker.skipped is not None:  # --mlflow-optional and a server that failed its check: the report says so
         skipped = (*converted.report.skipped, Skipped(SKIPPED_STAGE, tracker.skipped))
         converted = dataclasses.replace(converted, report=dataclasses.replace(converted.report, skipped=skipped))
-    report = _write(converted, out, options, hooks)
+    report = _write(converted, out, options, hooks, signer)
     if tracker.active:
         hooks.stage("mlflow")
         tracker.log(report, out)
     return report
 
 
-def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
+def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, signer: Signer | None) -> Report:
     # The net under the writers that name what they write: any other OS
     # error (the staging folder, the final rename) is about the output too.
     needed = converted.source.output_bytes(converted.model, options.export.kinds)
     with writing(out, "the output folder", needed):
-        return _write_staged(converted, out, options, hooks)
+        return _write_staged(converted, out, options, hooks, signer)
 
 
-def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
+def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, signer: Signer | None) -> Report:
     clock = _Clock(hooks, converted.report.timings.seconds())
     source, context = converted.source, converted.context
     inputs = list(context.data.validation.inputs)
@@ -483,6 +501,9 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
         write_report(report, staging)
         for name, value in options.attachments:
             write_text(staging / name, json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n", name)
+        if signer is not None:  # last: it covers every file above
+            with clock.stage("sign"):
+                sign_folder(staging, signer)
     return report
 
 
@@ -502,10 +523,11 @@ def convert_and_save(
     before minutes of loading and fine-tuning, and so does an MLflow
     tracking server that cannot be reached or refuses access.
     """
+    signer = _signer(save_options, hooks)  # a key that cannot sign, too
     tracker = start_tracking(save_options.tracking, save_options.export.kinds, hooks)  # a server that is down, too
     with _claimed(save_options, list(read_files(options))) as out:
         converted = convert(options, hooks)
         if not save_options.export.bench_onnx:  # its float32 baseline is the one export of the original
             converted.source.release()
-        report = _write_tracked(converted, out, save_options, hooks, tracker)
+        report = _write_tracked(converted, out, save_options, hooks, tracker, signer)
     return report, written_at(save_options, out)

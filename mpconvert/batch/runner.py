@@ -33,6 +33,7 @@ from mpconvert.batch.results import BATCH_NAME, entry, failed_entry, finish, rea
 from mpconvert.batch.shards import combine_if_last, shard_summary_name
 from mpconvert.batch.storage import Root, open_root
 from mpconvert.batch.worker import RESULT_NAME, WorkerResult, WorkerSpec, job_spec
+from mpconvert.commands.signature import Signer, load_signer
 from mpconvert.options.batch import BatchOptions
 from mpconvert.report.batch import BatchEntry, BatchSummary, Status
 from mpconvert.report.report import REPORT_NAME, Report
@@ -75,13 +76,15 @@ def shard_of(jobs: list[Job], index: int, count: int) -> list[Job]:
     return [jobs[i] for i in sorted(mine)]
 
 
-def _complete(root: Path, job: Job, key: str) -> Report | None:
-    """The report of a finished result with this key, else None."""
+def _complete(root: Path, job: Job, key: str, signer: Signer | None) -> Report | None:
+    """The report of a finished result with this key (and signed by `signer`'s key, when signing), else None."""
     folder = root / job.folder
     try:
         stamp = json.loads((folder / RESULT_NAME).read_text())
         stored = json.loads((folder / REPORT_NAME).read_text())
     except (OSError, ValueError):
+        return None
+    if signer is not None and stamp.get("signed_by") != signer.fingerprint:
         return None
     return Report.from_json(stored) if stamp.get("key") == key else None
 
@@ -224,6 +227,7 @@ class _Runner:
             result=str(result),
             command=None if command is None else tuple(command),
             tracking=self.options.tracking,
+            sign_key=None if self.options.signing.key is None else str(Path(self.options.signing.key).absolute()),
         )
         task = self.executor.start(spec, self.root / job.folder, result, log)
         self.running.append(_Running(job, key, task, result, log, time.monotonic()))
@@ -313,6 +317,7 @@ def run_batch(
     the claim is on its local staging folder: it keeps one machine from
     running a shard twice; the scheduler keeps machines from doing so.
     """
+    signer = load_signer(options.signing)  # once, before any worker: a wrong password fails the batch, not N jobs
     store = open_root(options.root)
     if options.shard:
         jobs = shard_of(jobs, *options.shard)
@@ -322,7 +327,9 @@ def run_batch(
         executor = executor_for(options)
         try:
             with claimed_root(store.local, options.shard):
-                summary = _run_claimed(store, jobs, options, executor, on_event, baseline)
+                summary = _run_claimed(store, jobs, options, executor, on_event, baseline, signer)
+                if signer is not None and not options.shard:
+                    store.sign(summary, signer)
         finally:
             executor.close()
     finally:
@@ -330,6 +337,8 @@ def run_batch(
     if not options.shard:
         return BatchRun(summary, None, [], store.path(BATCH_NAME))
     combined, waiting = combine_if_last(store, options.shard[1])
+    if combined is not None and signer is not None:  # the shard that wrote the root's batch.json signs it
+        store.sign(combined, signer)
     where = BATCH_NAME if combined else shard_summary_name(*options.shard)
     return BatchRun(summary, combined, waiting, store.path(where))
 
@@ -341,6 +350,7 @@ def _run_claimed(
     executor: Executor,
     on_event: Callable,
     baseline: BatchSummary | None,
+    signer: Signer | None,
 ) -> BatchSummary:
     root = store.local
     with writing(root, "the batch root"):
@@ -356,7 +366,7 @@ def _run_claimed(
     pending: list[tuple[Job, str]] = []
     for job in jobs:
         key = job_key(job)
-        stored = _complete(root, job, key) if options.resume else None
+        stored = _complete(root, job, key, signer) if options.resume else None
         if stored is not None:
             item = reused_entry(job, key, stored)
             runner.entries.append(item)

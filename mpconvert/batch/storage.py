@@ -23,12 +23,16 @@ import contextlib
 import hashlib
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from mpconvert.batch.results import BATCH_NAME, BatchSummary, parse_batch, read_batch, write_batch
 from mpconvert.batch.worker import RESULT_NAME
+from mpconvert.commands.sign import sign_batch_root
+from mpconvert.commands.signature import Signer
 from mpconvert.render.html import INDEX_HTML, batch_page, write_batch_page
+from mpconvert.report.signing import BATCH_SIGNATURE_NAME
 from mpconvert.system.objectstore import Store, open_store, staging_root
 from mpconvert.system.outdir import merge_lock
 from mpconvert.system.urls import is_url
@@ -63,6 +67,10 @@ class LocalRoot:
 
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return merge_lock(self.local)
+
+    def sign(self, summary: BatchSummary, signer: Signer) -> None:
+        """batch.sig over the root's batch.json and index.html (as written for `summary`)."""
+        sign_batch_root(self.local, signer)
 
     def fetch_results(self, folders: builtins.list[str]) -> None:
         pass
@@ -124,6 +132,17 @@ class RemoteRoot:
 
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()  # see shards.py: the merge is the same bytes whoever writes it
+
+    def sign(self, summary: BatchSummary, signer: Signer) -> None:
+        """batch.sig over the root's batch.json and index.html: signed in a local copy of those bytes, then
+        uploaded with them, the signature last."""
+        with tempfile.TemporaryDirectory(prefix="mpconvert-batch-sign-") as tmp:
+            local = Path(tmp) / "root"
+            local.mkdir()
+            write_batch(local / BATCH_NAME, summary)
+            (local / INDEX_HTML).write_text(batch_page(summary, self.local))
+            sign_batch_root(local, signer)
+            self.store.upload(local, "", BATCH_SIGNATURE_NAME)
 
     def fetch_results(self, folders: builtins.list[str]) -> None:
         """Each folder's stamp and report, where its stamp (written last) says the upload is whole."""

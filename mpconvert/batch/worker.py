@@ -82,6 +82,8 @@ class WorkerSpec:
     command: tuple[str, ...] | None = None  # the batch's command line, for the report's provenance
     tracking: TrackingOptions | None = None  # MLflow, with the batch's parent run
     cwd: str | None = None  # a Ray task: the batch's working folder, where its node has it
+    # --sign-key's path; an encrypted key's password reaches the worker in its environment, never in a spec.
+    sign_key: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         found = {
@@ -97,6 +99,7 @@ class WorkerSpec:
             "tracking": None if self.tracking is None else self.tracking.spec(),
             "result": self.result,
         }
+        found = found if self.sign_key is None else {**found, "sign_key": self.sign_key}
         return found if self.cwd is None else {**found, "cwd": self.cwd}
 
     @classmethod
@@ -115,6 +118,7 @@ class WorkerSpec:
             command=None if command is None else tuple(command),
             tracking=None if tracking is None else TrackingOptions(**tracking),
             cwd=stored.get("cwd"),
+            sign_key=stored.get("sign_key"),
         )
 
 
@@ -155,14 +159,20 @@ def job_options(spec: WorkerSpec) -> tuple[ConvertOptions, ExportOptions]:
 
 def run(spec: WorkerSpec) -> WorkerResult:
     """Convert one job; returns how it ended (the seconds are main's)."""
+    from mpconvert.commands.signature import load_signer
     from mpconvert.export.tracking import RunNotRecorded
     from mpconvert.options.export import SaveOptions
+    from mpconvert.options.signing import SigningOptions
     from mpconvert.options.tracking import TrackingOptions
     from mpconvert.pipeline import convert_and_save
     from mpconvert.system.hooks import Hooks
 
     options, export = job_options(spec)
+    signing = SigningOptions(Path(spec.sign_key) if spec.sign_key else None)
+    signer = load_signer(signing)
     stamp = {"key": spec.key, "model": spec.given_path, "policy": spec.policy}
+    if signer is not None:  # --resume with a key reuses only what that key signed
+        stamp["signed_by"] = signer.fingerprint
     save = SaveOptions(
         Path(spec.out),
         export,
@@ -170,6 +180,7 @@ def run(spec: WorkerSpec) -> WorkerResult:
         attachments=((RESULT_NAME, stamp),),
         command=spec.command,
         tracking=spec.tracking or TrackingOptions(),
+        signing=signing,
     )
     try:
         report, _ = convert_and_save(options, save, Hooks(may_restart=True))

@@ -24,6 +24,7 @@ from mpconvert.cli.flags import (
     output_flags,
     policy_option,
     quiet_option,
+    signing_flags,
     tracking_flags,
 )
 from mpconvert.cli.outputs import Outputs, Renderings
@@ -89,6 +90,7 @@ def batch_renderings() -> Renderings:
 @conversion_flags(given_only=True, exclude=tuple(BATCH_KEYWORDS))
 @gate_flags(stored=False, exclude=tuple(BATCH_KEYWORDS))
 @tracking_flags
+@signing_flags
 @output_flags("batch summary")
 @quiet_option
 @debug_option
@@ -104,6 +106,7 @@ def batch_command(
     shards,
     conversion,
     tracking,
+    signing,
     junit,
     summary,
     as_json,
@@ -115,12 +118,14 @@ def batch_command(
 
     Options of the main command given here apply to every model, under what
     the manifest sets itself. Each model converts in its own process. With
-    --mlflow the batch is a parent run and each conversion a child run.
+    --mlflow the batch is a parent run and each conversion a child run. With
+    --sign-key each model's folder is signed, and the root's batch.json and
+    index.html by batch.sig.
     """
     outputs = Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
-        from mpconvert.api import tracking_options
+        from mpconvert.api import signing_options, tracking_options
         from mpconvert.batch.manifest import folder_jobs, load_manifest
         from mpconvert.batch.runner import run_batch
         from mpconvert.render import BatchProgress
@@ -139,8 +144,14 @@ def batch_command(
             shard_source=chosen.source if chosen else None,
             command=command_line(),
             tracking=parent.options if parent else None,
+            signing=signing_options(**signing),
             **declared,
         )
+        if options.signing.enabled and not quiet:
+            from mpconvert.commands.signature import load_signer
+
+            for warning in getattr(load_signer(options.signing), "warnings", ()):
+                click.echo(f"warning: {warning}", err=True)
         if chosen and not quiet:
             click.echo(f"shard {chosen.index}/{chosen.count} from {chosen.source}", err=True)
         try:

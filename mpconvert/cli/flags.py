@@ -23,6 +23,7 @@ from mpconvert.options.export import EXPORT_KEYWORDS, check_export_kinds
 from mpconvert.options.gate import GATE_KEYWORDS, check_tolerance
 from mpconvert.options.keywords import Keyword
 from mpconvert.options.precision import POLICIES
+from mpconvert.options.signing import SIGNING_KEYWORDS
 from mpconvert.options.tracking import TRACKING_KEYWORDS
 from mpconvert.system.errors import MpconvertError
 from mpconvert.system.urls import is_url, without_credentials
@@ -230,6 +231,17 @@ def tracking_flags(command):
         return command(tracking=tracking, **kwargs)
 
     return keyword_flags(TRACKING_KEYWORDS.values())(wrapper)
+
+
+def signing_flags(command):
+    """--sign-key, passed to the command as one `signing` dict."""
+
+    @functools.wraps(command)
+    def wrapper(**kwargs):
+        signing = {name: kwargs.pop(name) for name in SIGNING_KEYWORDS if name in kwargs}
+        return command(signing=signing, **kwargs)
+
+    return keyword_flags(SIGNING_KEYWORDS.values())(wrapper)
 
 
 def gate_flags(stored: bool, exclude: tuple[str, ...] = ()):

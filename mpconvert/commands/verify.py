@@ -4,6 +4,10 @@ A conversion is judged where it ran (a CI runner, a CPU box); the artifacts
 serve elsewhere, with other library versions, another provider, after a
 copy between buckets. Verify trusts nothing it cannot check there:
 
+0. with --public-key, the folder's signature (model.sig) first: it proves
+   who made every file, report.json included, which the hashes alone cannot
+   (a forger rewrites the hashes with the files); a folder whose signature
+   fails has none of its artifacts loaded;
 1. every artifact's bytes against the sha256 report.json recorded (an
    ONNX file's external data files too, and golden.npz's): a changed,
    missing or damaged file fails, named;
@@ -33,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from mpconvert.commands.signature import check_signature
 from mpconvert.data.signature import Signature
 from mpconvert.export.artifacts import parity
 from mpconvert.export.formats import FORMATS
@@ -48,6 +53,7 @@ from mpconvert.report.report import REPORT_NAME, Report, mpconvert_version
 from mpconvert.report.sections.artifacts import Artifact
 from mpconvert.report.sections.run import versions
 from mpconvert.report.sections.speed import Latency
+from mpconvert.report.signing import BATCH_SIGNATURE_NAME
 from mpconvert.report.verification import (
     VERIFY_NAME,
     ArtifactRun,
@@ -114,9 +120,12 @@ def verify_path(path: str | Path, options: VerifyOptions, *, write: bool = True)
 
 
 def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> VerifyReport:
+    folder = (path if path.is_dir() else path.parent).absolute()
+    # First: until the signature holds, report.json is only what someone wrote.
+    signed = check_signature(folder, options.public_key, options.require_signature)
+    trusted = signed is None or signed.passed
     stored = read_report(path)
     report = Report.from_json(stored)  # judged by the thresholds it stores
-    folder = (path if path.is_dir() else path.parent).absolute()
     golden = report.golden
     written = [a for a in report.artifacts if a.path and a.sha256]
     recorded = [a for a in written if _served(a.kind, options.artifacts)]
@@ -134,14 +143,7 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
             f"{folder} has none of the artifacts asked for ({chosen}): it holds {present}",
             hint=f"verify what the conversion wrote (--artifacts {present}), or convert with --export {chosen}",
         )
-    # Each artifact's own file first, then the files it reads beside it (an ONNX file's external data).
-    checked_files = [
-        [
-            _file_check(folder, _written(a.path), str(a.kind), _written(a.sha256)),
-            *(_file_check(folder, d.path, f"{a.kind} external data", d.sha256) for d in a.external_data or ()),
-        ]
-        for a in recorded
-    ]
+    checked_files = artifact_files(folder, recorded)
     files = [check for checks in checked_files for check in checks]
     golden_file = _file_check(folder, golden.path, "golden rows", golden.sha256)
     source = report.source
@@ -157,7 +159,9 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         if fmt is None or not fmt.serves:
             continue  # model.keras: hash-checked; serving runs the SavedModel
         checked = next((c for c in checks if not c.passed), checks[0])
-        if not checked.passed:
+        if not trusted:  # loading a model file runs what it holds: not one nobody vouches for
+            runs.append(ArtifactRun(kind, relative, skipped="the folder's signature failed: its files are not trusted"))
+        elif not checked.passed:
             runs.append(ArtifactRun(kind, relative, skipped=f"{checked.message}; its outputs would mean nothing"))
         elif rows is None:
             runs.append(ArtifactRun(kind, relative, skipped=f"golden rows unusable: {golden_file.message}"))
@@ -186,7 +190,29 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         versions=_differing_versions(report.versions.to_json()),
         machine=Machines(report.provenance.machine if report.provenance else None, probe_hardware()),
         notes=_notes(report),
+        signature=signed,
     )
+
+
+def artifact_files(folder: Path, artifacts: Sequence[Artifact]) -> list[list[FileCheck]]:
+    """Each artifact's files against report.json's sha256: its own first, then those it reads beside it."""
+    return [
+        [
+            _file_check(folder, _written(a.path), str(a.kind), _written(a.sha256)),
+            *(_file_check(folder, d.path, f"{a.kind} external data", d.sha256) for d in a.external_data or ()),
+        ]
+        for a in artifacts
+    ]
+
+
+def recorded_files(folder: Path, report: Report) -> list[FileCheck]:
+    """Every file report.json recorded a sha256 for (each artifact's, golden.npz), checked against it."""
+    checks = [
+        c for group in artifact_files(folder, [a for a in report.artifacts if a.path and a.sha256]) for c in group
+    ]
+    if report.golden is not None:
+        checks.append(_file_check(folder, report.golden.path, "golden rows", report.golden.sha256))
+    return checks
 
 
 def _written(value: str | None) -> str:
@@ -321,7 +347,8 @@ def verify_batch(root: Path, options: VerifyOptions, provider: Provider, *, writ
         failed = [c.name for c in found.checks if not c.passed]
         message = "verified" if found.passed else "failed: " + ", ".join(failed)
         models.append(ModelVerification(name, policy, relative, found.passed, message, found))
-    result = BatchVerification(str(root.absolute()), tuple(models))
+    signature = check_signature(root.absolute(), options.public_key, options.require_signature, BATCH_SIGNATURE_NAME)
+    result = BatchVerification(str(root.absolute()), tuple(models), signature)
     if write:
         write_verification(result.root, result)
     return result

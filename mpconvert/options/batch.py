@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpconvert.options.keywords import Keyword, check_ranges, keyword, table
+from mpconvert.options.signing import SigningOptions
 from mpconvert.options.tracking import TrackingOptions
 from mpconvert.system.errors import MpconvertError
 
@@ -29,6 +30,8 @@ class BatchOptions:
     command: tuple[str, ...] | None = None  # the batch's command line, in each model's report provenance
     # MLflow: each worker's conversion is a child run of the batch's parent run (its id in parent_run).
     tracking: TrackingOptions | None = None
+    # Each model's folder signed by its worker, and the root's batch.json and index.html by the batch.
+    signing: SigningOptions = SigningOptions()
     # The gate's --baseline and --max-regression take a report.json; a batch compares whole batches.
     baseline: Path | None = keyword(
         None,

@@ -8,6 +8,7 @@ from typing import Any
 
 from mpconvert.options.artifact_kinds import DEFAULT_EXPORT, EXPORT_KINDS
 from mpconvert.options.keywords import Keyword, check_ranges, keyword, table
+from mpconvert.options.signing import SigningOptions
 from mpconvert.options.tracking import TrackingOptions
 from mpconvert.options.validate import PARITY_SAMPLES
 from mpconvert.system.errors import MpconvertError
@@ -98,6 +99,8 @@ class SaveOptions:
     command: tuple[str, ...] | None = None
     # Where the written output is recorded as an MLflow run (tracking.py); off by default.
     tracking: TrackingOptions = TrackingOptions()
+    # The key the finished folder is signed with (signing.py); unsigned by default.
+    signing: SigningOptions = SigningOptions()
 
     def __post_init__(self) -> None:
         # A URL stays a string (pathlib would collapse "s3://" into "s3:/"); it is checked

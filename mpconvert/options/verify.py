@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from mpconvert.options.artifact_kinds import EXPORT_KINDS
 from mpconvert.options.export import check_export_kinds
 from mpconvert.options.keywords import Keyword, check_ranges, keyword, table
+from mpconvert.system.errors import MpconvertError
 
 # --provider of `verify`: ONNX Runtime's execution providers by the word a user types.
 PROVIDER_WORDS = ("auto", "cpu", "cuda", "tensorrt")
@@ -43,9 +45,32 @@ class VerifyOptions:
         "model.keras); the others are neither hashed nor run.",
     )
 
+    public_key: Path | None = keyword(
+        None,
+        kind="path",
+        metavar="KEY.pub",
+        default_text="the signature is not checked",
+        help="Check the folder's signature (model.sig) with this public key first, before any hash or run: "
+        "a missing, broken or other key's signature fails, and an artifact of a folder whose signature fails is "
+        "not loaded.",
+    )
+    require_signature: bool = keyword(
+        False,
+        kind="bool",
+        help="Fail every folder whose signature is not checked here: an unsigned one, or any without --public-key.",
+    )
+
     def __post_init__(self) -> None:
         check_ranges(self)
         check_export_kinds(self.artifacts)
+        if self.public_key is not None:
+            key = Path(self.public_key)
+            object.__setattr__(self, "public_key", key)
+            if not key.is_file():
+                raise MpconvertError(
+                    f"--public-key {key}: no such file",
+                    hint="give the PEM file of the public key the folder was signed for",
+                )
 
 
 VERIFY_KEYWORDS: dict[str, Keyword] = table(VerifyOptions)

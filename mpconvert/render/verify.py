@@ -74,6 +74,8 @@ def render_verify(found: VerifyReport | BatchVerification, stream: IO[str] | Non
         else:
             console.print("  versions: the same as the conversion's")
     if isinstance(found, BatchVerification):
+        if found.signature is not None and found.signature.passed:  # who signed the root, and when
+            console.print(f"  ok   root {escape(found.signature.check.message)}")
         for check in found.checks:
             if not check.passed:
                 console.print(f"  FAIL {escape(check.name)}: {escape(check.message)}")

@@ -16,6 +16,7 @@ from mpconvert.report.report import EXIT_GATE, EXIT_OK
 from mpconvert.report.schema import SCHEMA_VERSION
 from mpconvert.report.sections import Hardware, native
 from mpconvert.report.sections.speed import Latency
+from mpconvert.report.signing import SignatureCheck
 
 VERIFY_NAME = "verify.json"
 
@@ -216,6 +217,7 @@ class VerifyReport:
     versions: Mapping[str, VersionChange]  # by package, only those that differ
     machine: Machines
     notes: tuple[str, ...] = ()  # what a server here must do that the figures alone do not say
+    signature: SignatureCheck | None = None  # None: neither --public-key nor --require-signature
 
     @property
     def where(self) -> str:
@@ -223,8 +225,14 @@ class VerifyReport:
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        """Every verdict, as the terminal, --junit and verify.json list them."""
-        return (*(f.check for f in self.files), *(a.check for a in self.artifacts), self.conversion.check)
+        """Every verdict, as the terminal, --junit and verify.json list them: the signature's first."""
+        signed = () if self.signature is None else (self.signature.check,)
+        return (
+            *signed,
+            *(f.check for f in self.files),
+            *(a.check for a in self.artifacts),
+            self.conversion.check,
+        )
 
     @property
     def passed(self) -> bool:
@@ -253,6 +261,7 @@ class VerifyReport:
             "versions": {package: change.to_json() for package, change in self.versions.items()},
             "machine": self.machine.to_json(),
             "notes": list(self.notes),
+            "signature": None if self.signature is None else self.signature.to_json(),
         }
 
 
@@ -286,6 +295,7 @@ class BatchVerification:
 
     root: str
     models: tuple[ModelVerification, ...]
+    signature: SignatureCheck | None = None  # the root's own (batch.sig over batch.json and index.html)
 
     @property
     def where(self) -> str:
@@ -293,7 +303,7 @@ class BatchVerification:
 
     @property
     def passed(self) -> bool:
-        return bool(self.models) and all(m.passed for m in self.models)
+        return bool(self.models) and all(c.passed for c in self.checks)
 
     @property
     def exit_code(self) -> int:
@@ -301,7 +311,8 @@ class BatchVerification:
 
     @property
     def checks(self) -> tuple[Check, ...]:
-        return tuple(m.check for m in self.models)
+        signed = () if self.signature is None else (self.signature.check,)
+        return (*signed, *(m.check for m in self.models))
 
     @property
     def verified(self) -> tuple[VerifyReport, ...]:
@@ -316,4 +327,5 @@ class BatchVerification:
             "exit_code": self.exit_code,
             "checks": _lines(self.checks),
             "models": [m.to_json() for m in self.models],
+            "signature": None if self.signature is None else self.signature.to_json(),
         }
