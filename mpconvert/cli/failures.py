@@ -14,11 +14,11 @@ import click
 
 from mpconvert.report.report import EXIT_FAILED, EXIT_INTERRUPTED
 from mpconvert.system import interrupts
-from mpconvert.system.errors import failure_of
+from mpconvert.system.errors import MpconvertError, failure_of
 
 
 def run_action(debug: bool, action: Callable[[], int]) -> int:
-    """Run `action`, turning every failure into exit 1 with one message and its fix."""
+    """Run `action`, turning every failure into exit 1 (an MpconvertError's own code) with one message and its fix."""
     try:
         return action()
     except KeyboardInterrupt as exc:
@@ -35,7 +35,7 @@ def run_action(debug: bool, action: Callable[[], int]) -> int:
         click.echo(f"error: {failure.message}", err=True)
         if failure.hint:
             click.echo(f"  fix: {failure.hint}", err=True)
-        return EXIT_FAILED
+        return exc.exit_code if isinstance(exc, MpconvertError) else EXIT_FAILED
 
 
 # Where the command group keeps the arguments it was given (click.Context.meta, shared by every command).

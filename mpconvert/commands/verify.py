@@ -76,7 +76,7 @@ from mpconvert.speed.kernel_probe import ONEDNN_ENV, onednn_on
 from mpconvert.speed.measure import serving_rows
 from mpconvert.speed.timing import timed_calls
 from mpconvert.system.digests import Digest, digest
-from mpconvert.system.errors import MpconvertError, first_line
+from mpconvert.system.errors import MpconvertError, UntrustedFolder, first_line
 from mpconvert.system.urls import local_path
 from mpconvert.system.writing import write_text
 
@@ -124,7 +124,16 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
     # First: until the signature holds, report.json is only what someone wrote.
     signed = check_signature(folder, options.public_key, options.require_signature)
     trusted = signed is None or signed.passed
-    stored = read_report(path)
+    try:
+        stored = read_report(path)
+    except MpconvertError as exc:
+        if trusted:
+            raise
+        assert signed is not None
+        raise UntrustedFolder(
+            f"{folder}: the signature fails ({signed.message}), and {exc.message}",
+            hint="get the folder again from where it was signed; do not deploy this copy",
+        ) from None
     report = Report.from_json(stored)  # judged by the thresholds it stores
     golden = report.golden
     written = [a for a in report.artifacts if a.path and a.sha256]

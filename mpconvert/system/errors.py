@@ -25,6 +25,13 @@ class MpconvertError(Exception):
         super().__init__(message if hint is None else f"{message}\n  fix: {hint}")
 
 
+class UntrustedFolder(MpconvertError):
+    """A folder whose signature failed, and whose report cannot even be read: a failed check (exit 3), as a
+    failed signature is where the report can be read."""
+
+    exit_code = 3
+
+
 class NotExportable(MpconvertError):
     """The model computes something an artifact's format cannot express: that artifact is refused, not failed.
 
