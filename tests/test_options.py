@@ -21,7 +21,7 @@ from mpconvert.options.gate import GATE_KEYWORDS
 from mpconvert.options.keywords import keywords_of
 from mpconvert.render.options_doc import options_markdown
 
-COMMANDS = ("convert", "inspect", "check", "batch", "batch-merge", "doctor")
+COMMANDS = ("convert", "inspect", "check", "batch", "batch-merge", "doctor", "verify", "sign")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]+)")
 
 
