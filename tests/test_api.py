@@ -125,7 +125,7 @@ def test_python_m_mpconvert_is_the_command(tmp_path):
         assert option in proc.stdout
     commands = proc.stdout.split("Other commands (", 1)[1].splitlines()[1:]
     listed = [line.split()[0] for line in commands if line.startswith("  ") and not line.startswith("   ")]
-    assert sorted(listed) == ["batch", "batch-merge", "check", "doctor", "inspect", "replay", "verify"]
+    assert sorted(listed) == ["batch", "batch-merge", "check", "doctor", "inspect", "replay", "sign", "verify"]
 
 
 def trained_mlp(K, rows=300, seed=0):

@@ -177,6 +177,10 @@ def test_a_worker_spec_and_its_result_survive_their_json():
     )
     assert WorkerSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
     assert "cwd" not in spec.to_json() and replace(spec, cwd="/here").to_json()["cwd"] == "/here"
+    # The signing key travels by path; its password is not a field at all (the worker's environment holds it).
+    signed = replace(spec, sign_key="/keys/ci.pem")
+    assert WorkerSpec.from_json(json.loads(json.dumps(signed.to_json()))) == signed
+    assert "sign_key" not in spec.to_json() and "password" not in json.dumps(signed.to_json())
     result = WorkerResult(Status.GATE_FAILED, "failed: accuracy gate", 3.5)
     assert result.to_json() == {"status": "gate_failed", "message": "failed: accuracy gate", "seconds": 3.5}
     assert WorkerResult.from_json(result.to_json()) == result
