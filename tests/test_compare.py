@@ -106,4 +106,4 @@ def test_the_gate_judges_stored_figures_by_the_comparators_limit():
         assert artifact.max_abs_diff == compared.max_abs_diff and artifact.max_abs_ref == compared.max_abs_ref == 2.0
         check = check_parity(artifact, thresholds, keras_nonfinite=False)
         assert check.passed is compared.passed is passes
-        assert check.values["limit"] == compared.limit
+        assert check.values.limit == compared.limit

@@ -24,6 +24,7 @@ from mpconvert.render import markdown, write_junit
 from mpconvert.report.gate import evaluate
 from mpconvert.report.read import load_baseline, read_report, stored_thresholds
 from mpconvert.report.report import Report
+from mpconvert.report.sections import Source
 from mpconvert.system.errors import MpconvertError
 
 
@@ -877,15 +878,16 @@ def test_the_summary_names_each_format_and_what_its_proof_compared(capsys):
     from mpconvert.render import describe_source, render_summary
 
     source = {**make_report()["source"], "path": "models/served", "format": "graph", "loader": "tensorflow"}
-    render_summary(stored(make_report(source=source, fidelity={"rows": 256, "max_abs_diff": 0.0, "limit": 1e-6})))
+    render_summary(typed(make_report(source=source, fidelity={"rows": 256, "max_abs_diff": 0.0, "limit": 1e-6})))
     out = capsys.readouterr().out
     assert "models/served (SavedModel without Keras metadata, as a frozen graph, tensorflow) ->" in out
     assert (
         "  rebuild: the frozen graph reproduces the SavedModel's signature (max |diff| 0 <= 1e-06 on 256 rows)\n" in out
     )
-    assert describe_source({**source, "format": "h5", "loader": "tf_keras"}) == "models/served (.h5 file, tf-keras)"
+    h5 = Source.from_json({**source, "format": "h5", "loader": "tf_keras"})
+    assert describe_source(h5) == "models/served (.h5 file, tf-keras)"
     # A format a newer mpconvert wrote: its own name.
-    assert describe_source({**source, "format": "openvino"}) == "models/served (openvino, tensorflow)"
+    assert describe_source(Source.from_json({**source, "format": "openvino"})) == "models/served (openvino, tensorflow)"
 
 
 # A random-weight language model: the float32 model gets 1 of 586 tokens right; the converted, fine-tuned one

@@ -128,7 +128,7 @@ def test_an_embedding_input_is_never_padded(fmt):
     lstm = net("LSTM", "lstm", embed, shape=(64,), units=64)
     plan = plan_padding(net.graph(net("Dense", "hidden", lstm, shape=(30,), units=30)), PadOptions())
     assert plan.input_pads == {} and plan.sizes == {"embed": 104, "hidden": 32}
-    skipped = {d["layer"]: d["reason"] for d in plan.skipped}
+    skipped = {d.layer: d.reason for d in plan.skipped}
     assert skipped["tokens"] == "feeds Embedding 'embed': its last axis is token positions, not channels"
 
 
