@@ -136,6 +136,7 @@ def write_openvino(writes: Writes, path: Path, device: str = CHECK_DEVICE) -> Op
     with tempfile.TemporaryDirectory(prefix="mpconvert-openvino-") as tmp:
         saved = Path(tmp) / "savedmodel"
         name = writes.savedmodel(saved)
+        _cast_bfloat16_constants(saved)
         try:
             model = ov.convert_model(str(saved) if name == DEFAULT_SIGNATURE else _signature(saved, name))
         except Exception as exc:  # OpenVINO's frontend errors: an op it has no conversion for
@@ -152,6 +153,55 @@ def write_openvino(writes: Writes, path: Path, device: str = CHECK_DEVICE) -> Op
     inputs = _names(model.inputs, [s.name for s in writes.signature.inputs])
     outputs = _names(model.outputs, [s.name for s in writes.signature.outputs])
     return OpenVinoIR(compute, precision, fallback, inputs, outputs)
+
+
+def _cast_bfloat16_constants(saved: Path) -> int:
+    """Give each bfloat16 Const node of the SavedModel at `saved` as a float32 Const and a Cast, in place.
+
+    OpenVINO 2026.4's TensorFlow frontend reads no bfloat16 constant ("Encountered unknown element type
+    bf16"): an LSTM's initial state zeros in a mixed_bfloat16 model are two, inside a function TensorFlow
+    did not fold. A Cast it converts (to a Convert, which `float32_compute` then drops). Returns how many.
+    """
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = saved / "saved_model.pb"
+    model = saved_model_pb2.SavedModel.FromString(pb.read_bytes())
+    changed = 0
+    for meta in model.meta_graphs:
+        graph = meta.graph_def
+        changed += _cast_constants(graph.node, types_pb2, "")
+        for function in graph.library.function:
+            changed += _cast_constants(function.node_def, types_pb2, ":output:")
+    if changed:
+        pb.write_bytes(model.SerializeToString())
+    return changed
+
+
+def _cast_constants(nodes: Any, types: Any, output: str) -> int:
+    """`_cast_bfloat16_constants` in one list of NodeDefs; `output`: how a function's nodes name a Const's
+    output (":output:"; a Cast's is ":y:"), "" in the main graph (by node name, alike for both)."""
+    import tensorflow as tf
+
+    wanted = [n for n in nodes if n.op == "Const" and n.attr["dtype"].type == types.DT_BFLOAT16]
+    for node in wanted:
+        value = tf.make_ndarray(node.attr["value"].tensor).astype(np.float32)
+        wide = nodes.add()
+        wide.CopyFrom(node)
+        wide.name = f"{node.name}/float32"
+        wide.attr["dtype"].type = types.DT_FLOAT
+        wide.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+        del node.input[:]  # control inputs stay on the float32 Const
+        node.op = "Cast"
+        node.ClearField("attr")
+        node.attr["SrcT"].type, node.attr["DstT"].type = types.DT_FLOAT, types.DT_BFLOAT16
+        node.attr["Truncate"].b = False
+        node.input.append(f"{wide.name}{output}0" if output else wide.name)
+        if output:
+            old, new = f"{node.name}{output}", f"{node.name}:y:"
+            for user in nodes:
+                user.input[:] = [new + i[len(old) :] if i.startswith(old) else i for i in user.input]
+    return len(wanted)
 
 
 def hint_for(compute: str, units: frozenset[str], device: str = CHECK_DEVICE) -> tuple[str, str | None]:
@@ -192,8 +242,8 @@ def _widen(model: Any, ov: Any, seen: Counter[str]) -> None:
 
     sixteen = {ov.Type.bf16: "bf16", ov.Type.f16: "f16"}
     for op in model.get_ordered_ops():
-        for i in range(_bodies(op)):
-            _widen(op.get_function(i), ov, seen)
+        for body in _bodies(op):
+            _widen(body, ov, seen)
         kind = op.get_type_name()
         if kind not in ("Constant", "Convert"):
             continue
@@ -214,11 +264,11 @@ def _widen(model: Any, ov: Any, seen: Counter[str]) -> None:
             _bypass(op, source)
 
 
-def _bodies(op: Any) -> int:
-    """How many graphs an If, Loop or TensorIterator op holds (0 for any other op)."""
+def _bodies(op: Any) -> list[Any]:
+    """The graphs an If, Loop or TensorIterator op holds (none for any other op)."""
     if op.get_type_name() == "If":
-        return 2
-    return 1 if op.get_type_name() in ("Loop", "TensorIterator") else 0
+        return [op.get_then_body(), op.get_else_body()]
+    return [op.get_function()] if op.get_type_name() in ("Loop", "TensorIterator") else []
 
 
 def _bypass(op: Any, replacement: Any) -> None:
