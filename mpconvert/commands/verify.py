@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -162,7 +163,11 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         elif rows is None:
             runs.append(ArtifactRun(kind, relative, skipped=f"golden rows unusable: {golden_file.message}"))
         else:
-            runner = fmt.open(folder / relative, artifact.details, signature, provider.providers)
+            missing = _missing(fmt.runtime)
+            if missing is not None:
+                runs.append(ArtifactRun(kind, relative, error=missing))
+                continue
+            runner = fmt.open(folder / relative, artifact.details, signature, provider.providers, options.ov_device)
             if fmt.isolated:  # what times it is imported before the first run too: not in the figure
                 measured: MeasuredRunner = Isolated(runner, preload=(fmt.runtime, timed_calls.__module__))
             else:
@@ -187,6 +192,14 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         machine=Machines(report.provenance.machine if report.provenance else None, probe_hardware()),
         notes=_notes(report),
     )
+
+
+def _missing(runtime: str) -> str | None:
+    """Why the runtime an artifact needs cannot run here (not installed: the openvino extra), or None."""
+    if importlib.util.find_spec(runtime) is not None:
+        return None
+    extra = f" (pip install 'mpconvert[{runtime}]')" if runtime == ArtifactKind.OPENVINO else ""
+    return f"the {runtime} package is not installed here{extra}"
 
 
 def _written(value: str | None) -> str:

@@ -252,6 +252,9 @@ def speed_line(report: Report) -> str | None:
     served = _served(speed.paths)
     if served:
         text += f"; {served}"
+    if len(timed) > 1:  # several ways to serve it were timed: the fastest, by name
+        fastest = max(timed, key=lambda name: timed[name])
+        text += f"; fastest here: {fastest} ({_ratio(timed[fastest])} float32's speed)"
     if report.slow_kernel:  # a kernel far slower than float32: what was found, and what was done
         found = report.slow_kernel.found
         probed = "the kernel probe " if (found.what or "").startswith("one fused Dense") else ""
@@ -273,16 +276,22 @@ def speed_line(report: Report) -> str | None:
 
 
 def _served(paths: Mapping[str, PathSpeed]) -> str | None:
-    """The converted model's latency percentiles and throughput on the serving path (the SavedModel's, else the first)."""
+    """The converted model's latency percentiles and throughput on the serving paths: the SavedModel's (else the
+    first) and the OpenVINO IR's where it was timed."""
     timed = {name: p.latency["converted"] for name, p in paths.items() if p.latency and p.latency.get("converted")}
     if not timed:
         return None
-    name = "savedmodel" if "savedmodel" in timed else next(iter(timed))
-    t = timed[name]
-    p50, p90, p99 = (t.percentile(q) for q in PERCENTILES)
-    return (
-        f"converted {name} p50/p90/p99 {p50:g}/{p90:g}/{p99:g} ms, {t.rows_per_s:,.0f} rows/s ({len(t.calls_ms)} calls)"
-    )
+    names = ["savedmodel" if "savedmodel" in timed else next(iter(timed))]
+    names += [name for name in ("openvino",) if name in timed and name not in names]
+    found = []
+    for name in names:
+        t = timed[name]
+        p50, p90, p99 = (t.percentile(q) for q in PERCENTILES)
+        found.append(
+            f"converted {name} p50/p90/p99 {p50:g}/{p90:g}/{p99:g} ms, {t.rows_per_s:,.0f} rows/s "
+            f"({len(t.calls_ms)} calls)"
+        )
+    return "; ".join(found)
 
 
 def _ratio(value: float) -> str:

@@ -27,7 +27,6 @@ from mpconvert.runners.base import Compiled, RunResult
 from mpconvert.system.errors import MpconvertError
 
 RUNTIME_OPENVINO = "openvino"
-OV_DEVICES = ("CPU", "GPU", "NPU", "AUTO")
 # Where the IR keeps what mpconvert decided (Model.get_rt_info paths): the hint the conversion machine chose,
 # and the 16-bit type the converted model computed in (what a device with those units should run).
 HINT_PATH = ["runtime_options", "INFERENCE_PRECISION_HINT"]

@@ -104,16 +104,19 @@ class OpenVino(Format[OpenVinoIR, OpenVinoDetails]):
         providers: Sequence[str] = (),
         device: str | None = None,
     ) -> OpenVinoRunner:
+        """Without a `device`, as the conversion's check compiled it (the hint the IR records); with one (`verify`
+        on the serving machine), for the converted model's 16-bit type where that device has the units."""
         inputs = details.input_names or tuple(s.name for s in signature.inputs)
         outputs = details.output_names or tuple(s.name for s in signature.outputs)
-        return OpenVinoRunner(path / XML, inputs, outputs, device or CHECK_DEVICE)
+        if device is None:
+            return OpenVinoRunner(path / XML, inputs, outputs, CHECK_DEVICE, details.precision)
+        return OpenVinoRunner(path / XML, inputs, outputs, device)
 
     def check(
         self, written: OpenVinoIR, path: Path, rows: list[np.ndarray], expected: list[np.ndarray], signature: Signature
     ) -> Artifact:
         recorded = self.recorded(written)
-        # Compiled with the hint chosen for this machine, as the IR records it.
-        runner = dataclasses.replace(self.open(path, recorded, signature), precision=written.precision)
+        runner = self.open(path, recorded, signature)  # with the hint chosen for this machine, as the IR records
         with Isolated(runner) as isolated:
             run = isolated.run(rows)
             batches = serving_batches(isolated, rows, expected)
