@@ -63,7 +63,7 @@ from mpconvert.report.verification import (
     VerifyReport,
     VersionChange,
 )
-from mpconvert.runners.isolated import Crashed, Isolated
+from mpconvert.runners.isolated import Isolated
 from mpconvert.runners.measured import Measured, MeasuredRunner
 from mpconvert.runners.onnx import ORT_CPU, ORT_CUDA, ORT_TENSORRT, missing_kernel, usable_providers
 from mpconvert.speed.hardware import probe_hardware
@@ -241,7 +241,7 @@ def _run_artifact(
         result = runner.run(rows.inputs)
         latency, note = _timed(runner, rows.inputs, batch)
         growth = runner.memory()
-    except Crashed as exc:  # the runtime took its child down (or hung): the message names it, the signal, the rows
+    except MpconvertError as exc:  # its child died or hung (Crashed), or the runtime refused the device: named
         return ArtifactRun(kind, relative, error=exc.message)
     except Exception as exc:  # whatever this machine's runtime raises is the finding, not a crash of verify
         return ArtifactRun(kind, relative, error=f"{type(exc).__name__}: {first_line(exc, 300)}")

@@ -54,7 +54,7 @@ from mpconvert.report.sections import (
     Source,
     Validation,
 )
-from mpconvert.report.sections.details import OnnxDetails
+from mpconvert.report.sections.details import OnnxDetails, OpenVinoDetails
 from mpconvert.report.sections.speed import PERCENTILES
 from mpconvert.report.sections.validation import Measured
 from mpconvert.system.hooks import Hooks
@@ -157,6 +157,9 @@ def render_summary(report: Report, stream: IO[str] | None = None, report_path: P
                     f"{' and more' if len(emulated) > 6 else ''}; it was checked on a copy that computes those "
                     "ops in float32 and rounds back (see docs/report.md: Which runtimes run the 16-bit ONNX files)"
                 )
+            ran = _openvino_note(art.details) if isinstance(art.details, OpenVinoDetails) else None
+            if ran:
+                console.print(f"  [yellow]{art.path} {escape(ran)}[/]")
     for check in gate.checks:
         mark = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
         console.print(f"  {mark} {check.name}: {escape(check.message)}")
@@ -273,6 +276,17 @@ def speed_line(report: Report) -> str | None:
     if memory and finite(memory.ratio) is not None:
         text += f"; activations {memory.ratio:.2f}x ({memory.method.split()[0].rstrip(':')})"
     return text
+
+
+def _openvino_note(details: OpenVinoDetails) -> str | None:
+    """An OpenVINO IR that does not compute in the converted model's 16-bit type here: the fallback, by name."""
+    if details.fallback:
+        return f"asks {details.precision} (fallback): {details.fallback}"
+    if details.ran_precision and details.precision and details.ran_precision != details.precision:
+        return (
+            f"asks {details.precision} and ran {details.ran_precision} on {', '.join(details.execution_devices or ())}"
+        )
+    return None
 
 
 def _served(paths: Mapping[str, PathSpeed]) -> str | None:

@@ -259,7 +259,9 @@ def _widen(model: Any, ov: Any, seen: Counter[str]) -> None:
                 _bypass(op, wide.output(0))
             continue
         source = op.input_value(0)
-        from_float = source.get_element_type().is_real() and source.get_node().get_type_name() != "Parameter"
+        # A 16-bit graph input keeps its type (the signature's): a Convert from it stays a conversion.
+        sixteen_input = source.get_node().get_type_name() == "Parameter" and source.get_element_type() in sixteen
+        from_float = source.get_element_type().is_real() and not sixteen_input
         if to in sixteen:
             seen[sixteen[to]] += 1
             _bypass(op, source if from_float else ops.convert(source, np.float32).output(0))
