@@ -7,14 +7,14 @@ copy between buckets. Verify trusts nothing it cannot check there:
 1. every artifact's bytes against the sha256 report.json recorded (an
    ONNX file's external data files too, and golden.npz's): a changed,
    missing or damaged file fails, named;
-2. each SavedModel, ONNX and LiteRT file loaded with the runtimes installed here
-   (ONNX Runtime on the provider asked for) and run on the golden rows:
+2. each SavedModel, ONNX, LiteRT file and OpenVINO IR loaded with the runtimes installed
+   here (ONNX Runtime on the provider asked for, OpenVINO on --ov-device) and run on the golden rows:
    parity against the converted model's recorded outputs (the gate's own
    tolerance for that artifact kind) and the drift from float32's;
 3. each one timed at a serving batch (p50/p90/p99, rows per second) and
    its peak resident memory growth measured while it loaded and ran (an
-   ONNX file in a child process, `runners.isolated`: one that aborts ONNX
-   Runtime fails its own check, named, and verify goes on);
+   ONNX file and an OpenVINO IR in a child process, `runners.isolated`: one
+   that aborts its runtime fails its own check, named, and verify goes on);
 4. every library version that differs from the conversion's, and both
    machines.
 
