@@ -14,7 +14,8 @@ then, in this one process, taking turns on the same rows:
 
 Targets on a CPU with bf16 units: the IR >= 0.95x the anchor for all three;
 >= 5x tf float32 for ResNet50, >= 3x for the Dense stack, >= 1.3x for
-MobileNetV2. Ratios are what to read: the machine may be shared.
+MobileNetV2. Ratios are what to read: the machine may be shared. Model
+names as arguments run only those.
 """
 
 import os
@@ -124,6 +125,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="mpconvert-bench-openvino-") as tmp:
         for name, batch, build in models():
+            if sys.argv[1:] and name not in sys.argv[1:]:  # `python bench/openvino_speed.py dense4096x2`: one model
+                continue
             rows.append((name, batch, one(name, batch, build, Path(tmp))))
     print(
         f"\n| model (batch) | tf float32 | tf bf16 (mpconvert SavedModel) | ov anchor (float32 + bf16 hint) "
