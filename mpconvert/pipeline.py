@@ -79,6 +79,7 @@ from mpconvert.speed import (
     PathSpeed,
     Speed,
     kernel_probe,
+    measure_artifact_speed,
     measure_onnx_speed,
     measure_speed,
     padding_cost,
@@ -402,6 +403,24 @@ def bench_onnx(
         )
 
 
+def speed_openvino(
+    source: ModelKind[Any, Any], folder: Path, artifact: Artifact, inputs: list[np.ndarray], batch: int
+) -> PathSpeed:
+    """The written OpenVINO IR, compiled as its check was, against the float32 original's serving path here."""
+    openvino = FORMATS[ArtifactKind.OPENVINO]
+    assert artifact.path is not None
+    runner = openvino.open(folder / artifact.path, artifact.details, source.signature)
+    float32 = source.runner(source.original, source.paths[-1])
+    return measure_artifact_speed(float32, runner, artifact.path, inputs, batch=batch)
+
+
+def keeps_original(options: ConvertOptions, save_options: SaveOptions) -> bool:
+    """Whether the float32 original runs after the conversion: --bench-onnx exports it, and the speed stage
+    times the OpenVINO IR against it."""
+    kinds = save_options.export.kinds
+    return save_options.export.bench_onnx or (options.speed and ArtifactKind.OPENVINO in kinds)
+
+
 @contextlib.contextmanager
 def _claimed(options: SaveOptions, inputs: list[Path]) -> Iterator[Path]:
     """The local folder to write into: `--out` itself, or for object storage a staging folder uploaded at the end.
@@ -486,6 +505,12 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
             # Without the speed stage, the ONNX file's timing is the section's only path (and it has no notes).
             speed = speed or SpeedReport(Speed(probe_hardware().device, batch, context.data.validation.rows))
             speed = speed.with_path("onnx", timing)
+        written = next((a for a in artifacts if a.kind == ArtifactKind.OPENVINO and not a.failed), None)
+        if speed is not None and written is not None and source.original is not None:
+            with clock.stage("speed openvino"):
+                speed = speed.with_path(
+                    "openvino", speed_openvino(source, staging, written, inputs, speed.measured.batch)
+                )
         record = converted.report.provenance
         if record is not None:  # the export's options and the command were chosen for the save
             options_then = {**record.options, **recorded_options(keywords_of(options.export))}
@@ -527,7 +552,7 @@ def convert_and_save(
     tracker = start_tracking(save_options.tracking, save_options.export.kinds, hooks)  # a server that is down, too
     with _claimed(save_options, list(read_files(options))) as out:
         converted = convert(options, hooks)
-        if not save_options.export.bench_onnx:  # its float32 baseline is the one export of the original
+        if not keeps_original(options, save_options):
             converted.source.release()
         report = _write_tracked(converted, out, save_options, hooks, tracker, signer)
     return report, written_at(save_options, out)

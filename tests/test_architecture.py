@@ -48,7 +48,7 @@ def test_only_the_onnx_runner_opens_onnx_runtime_sessions():
 def test_a_written_artifact_is_opened_only_by_its_format_in_the_registry():
     # The runners of files on disk; export/formats/ opens artifacts with them for the export's check, verify and
     # --bench-onnx. The doctor runs its own benchmark graphs (no artifacts) through the ONNX runner.
-    opening = re.compile(r"\b(SavedModelRunner|OnnxRunner|LiteRTRunner)\(")
+    opening = re.compile(r"\b(SavedModelRunner|OnnxRunner|LiteRTRunner|OpenVinoRunner)\(")
     found = {
         name: sorted(set(opening.findall(code_of(text))))
         for name, text in sources().items()
@@ -58,6 +58,7 @@ def test_a_written_artifact_is_opened_only_by_its_format_in_the_registry():
         "export/formats/savedmodel.py": ["SavedModelRunner"],
         "export/formats/onnx.py": ["OnnxRunner"],
         "export/formats/litert.py": ["LiteRTRunner"],
+        "export/formats/openvino.py": ["OpenVinoRunner"],
         "commands/doctor.py": ["OnnxRunner"],
     }
 

@@ -1,4 +1,4 @@
-"""The registry of artifact formats: four formats, one file each, each opening the file it wrote as its record says.
+"""The registry of artifact formats: five formats, one file each, each opening the file it wrote as its record says.
 
 One small conversion (a Keras 3 classifier, every format) gives the written
 files; each format then opens its own as `verify` does, from report.json's
@@ -34,12 +34,12 @@ from mpconvert.report.sections.details import (
 from mpconvert.runners.onnx import OnnxRunner
 
 
-def test_the_registry_holds_the_four_formats_each_with_its_own_file_and_record():
-    assert list(FORMATS) == ["savedmodel", "keras", "onnx", "litert"]  # the order they are written and listed
+def test_the_registry_holds_the_five_formats_each_with_its_own_file_and_record():
+    assert list(FORMATS) == ["savedmodel", "keras", "onnx", "litert", "openvino"]  # the order written and listed
     assert set(FORMATS) == set(ArtifactKind)
     assert all(f.name == name and DETAILS[name] is f.details for name, f in FORMATS.items())
     filenames = [f.filename for f in FORMATS.values()]
-    assert sorted(filenames) == ["model.keras", "model.onnx", "model.tflite", "savedmodel"]
+    assert sorted(filenames) == ["model.keras", "model.onnx", "model.tflite", "openvino", "savedmodel"]
     # model.keras comes with --export savedmodel, and is the one file no server runs.
     assert [name for name, f in FORMATS.items() if not f.serves] == ["keras"]
     assert [name for name, f in FORMATS.items() if f.wanted(("savedmodel",))] == ["savedmodel", "keras"]
@@ -52,7 +52,7 @@ def folder(tmp_path_factory):
     tiny_models.mlp(keras).save(base / "mlp.keras")
     data = tiny_models.classifier_npz(base / "mlp.npz", one_hot=False)
     out = base / "out"
-    flags = ("--finetune-steps", "0", "--no-speed", "--export", "savedmodel,onnx,litert")
+    flags = ("--finetune-steps", "0", "--no-speed", "--export", "savedmodel,onnx,litert,openvino")
     result = invoke(base / "mlp.keras", "--policy", "mixed_float16", "--data", data, "--out", out, *flags)
     assert result.exit_code == 0, result.output
     return out
@@ -100,5 +100,5 @@ def test_details_read_back_keep_what_was_stored_and_only_that():
     assert read_details("onnx", False, old).to_json() == old
     assert read_details("onnx", True, {"error": "tf2onnx failed; fix: x"}) == FailedDetails("tf2onnx failed; fix: x")
     newer = {"precision": "FP16"}
-    assert read_details("openvino", False, newer) == UnknownDetails(newer)
-    assert read_details("openvino", False, newer).to_json() == newer
+    assert read_details("tensorrt", False, newer) == UnknownDetails(newer)
+    assert read_details("tensorrt", False, newer).to_json() == newer

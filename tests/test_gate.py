@@ -331,11 +331,13 @@ def test_baseline_regression(metric, baseline, converted, max_regression, passed
 
 def test_thresholds_from_flags_override_per_kind_in_order():
     base = Thresholds.defaults("mixed_bfloat16")
-    assert base.rtol == {"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1, "litert": 1e-1} and base.max_drop == 0.01
+    assert base.rtol == {"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1, "litert": 1e-1, "openvino": 1e-1}
+    assert base.max_drop == 0.01
     options = GateOptions(min_agreement=0.9, atol=(("onnx", 0.1), (None, 0.5)), rtol=((None, 0.0), ("keras", 0.2)))
     th = base.overridden(options)
-    assert th.atol == {"savedmodel": 0.5, "keras": 0.5, "onnx": 0.5, "litert": 0.5}  # the later "every kind" wins
-    assert th.rtol == {"savedmodel": 0.0, "keras": 0.2, "onnx": 0.0, "litert": 0.0}
+    every = ("savedmodel", "keras", "onnx", "litert", "openvino")
+    assert th.atol == dict.fromkeys(every, 0.5)  # the later "every kind" wins
+    assert th.rtol == {**dict.fromkeys(every, 0.0), "keras": 0.2}
     assert (th.min_agreement, th.max_drop, th.max_regression) == (0.9, 0.01, 0.0)
     assert Thresholds.from_dict(json.loads(json.dumps(th.as_dict()))) == th
 

@@ -180,6 +180,9 @@ def read_combined(root: str) -> dict:
     return summary.to_json()
 
 
+# The same path as the Kubernetes case below (and test_shard_auto_reads_each_scheduler covers
+# the variable); both in `make test-full`, one in every run.
+@pytest.mark.full
 def test_two_slurm_array_tasks_into_one_local_root_are_one_batch(zoo, unsharded, tmp_path):
     root = tmp_path / "zoo-out"
     results = side_by_side(slurm_commands(str(root), str(zoo / "zoo.toml")), zoo, tmp_path)

@@ -138,6 +138,7 @@ def test_the_in_run_guard_judges_at_the_serving_batch(tmp_path, monkeypatch):
     assert (found["rows"], found["what"]) == (256, "the model, one batch of 256 rows")
 
 
+@pytest.mark.full  # two conversions and a restart (55 s on 2 cores); the restart itself is tested above
 def test_a_replay_restarts_as_the_conversion_it_replays_did(tmp_path):
     # Fine-tuning computes otherwise with oneDNN's rewrites on: a replay that stayed in-process on a machine
     # where the conversion restarted would not reproduce its loss history.

@@ -11,14 +11,14 @@ copy between buckets. Verify trusts nothing it cannot check there:
 1. every artifact's bytes against the sha256 report.json recorded (an
    ONNX file's external data files too, and golden.npz's): a changed,
    missing or damaged file fails, named;
-2. each SavedModel, ONNX and LiteRT file loaded with the runtimes installed here
-   (ONNX Runtime on the provider asked for) and run on the golden rows:
+2. each SavedModel, ONNX, LiteRT file and OpenVINO IR loaded with the runtimes installed
+   here (ONNX Runtime on the provider asked for, OpenVINO on --ov-device) and run on the golden rows:
    parity against the converted model's recorded outputs (the gate's own
    tolerance for that artifact kind) and the drift from float32's;
 3. each one timed at a serving batch (p50/p90/p99, rows per second) and
    its peak resident memory growth measured while it loaded and ran (an
-   ONNX file in a child process, `runners.isolated`: one that aborts ONNX
-   Runtime fails its own check, named, and verify goes on);
+   ONNX file and an OpenVINO IR in a child process, `runners.isolated`: one
+   that aborts its runtime fails its own check, named, and verify goes on);
 4. every library version that differs from the conversion's, and both
    machines.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -68,7 +69,7 @@ from mpconvert.report.verification import (
     VerifyReport,
     VersionChange,
 )
-from mpconvert.runners.isolated import Crashed, Isolated
+from mpconvert.runners.isolated import Isolated
 from mpconvert.runners.measured import Measured, MeasuredRunner
 from mpconvert.runners.onnx import ORT_CPU, ORT_CUDA, ORT_TENSORRT, missing_kernel, usable_providers
 from mpconvert.speed.hardware import probe_hardware
@@ -175,7 +176,11 @@ def verify_folder(path: Path, options: VerifyOptions, provider: Provider) -> Ver
         elif rows is None:
             runs.append(ArtifactRun(kind, relative, skipped=f"golden rows unusable: {golden_file.message}"))
         else:
-            runner = fmt.open(folder / relative, artifact.details, signature, provider.providers)
+            missing = _missing(fmt.runtime)
+            if missing is not None:
+                runs.append(ArtifactRun(kind, relative, error=missing))
+                continue
+            runner = fmt.open(folder / relative, artifact.details, signature, provider.providers, options.ov_device)
             if fmt.isolated:  # what times it is imported before the first run too: not in the figure
                 measured: MeasuredRunner = Isolated(runner, preload=(fmt.runtime, timed_calls.__module__))
             else:
@@ -224,6 +229,14 @@ def recorded_files(folder: Path, report: Report) -> list[FileCheck]:
     return checks
 
 
+def _missing(runtime: str) -> str | None:
+    """Why the runtime an artifact needs cannot run here (not installed: the openvino extra), or None."""
+    if importlib.util.find_spec(runtime) is not None:
+        return None
+    extra = f" (pip install 'mpconvert[{runtime}]')" if runtime == ArtifactKind.OPENVINO else ""
+    return f"the {runtime} package is not installed here{extra}"
+
+
 def _written(value: str | None) -> str:
     """A path or a hash of an artifact that was written (verify takes only those that record both)."""
     assert value is not None
@@ -263,7 +276,7 @@ def _run_artifact(
         result = runner.run(rows.inputs)
         latency, note = _timed(runner, rows.inputs, batch)
         growth = runner.memory()
-    except Crashed as exc:  # the runtime took its child down (or hung): the message names it, the signal, the rows
+    except MpconvertError as exc:  # its child died or hung (Crashed), or the runtime refused the device: named
         return ArtifactRun(kind, relative, error=exc.message)
     except Exception as exc:  # whatever this machine's runtime raises is the finding, not a crash of verify
         return ArtifactRun(kind, relative, error=f"{type(exc).__name__}: {first_line(exc, 300)}")

@@ -226,7 +226,8 @@ class GraphKind(ModelKind[FrozenGraph, GraphCandidate]):
 
     def output_bytes(self, model: FrozenGraph, kinds: Sequence[str]) -> int:
         """The frozen graph once per artifact that holds it."""
-        return int(model.graph_def.ByteSize() * (("savedmodel" in kinds) + ("onnx" in kinds))) + OVERHEAD
+        copies = ("savedmodel" in kinds) + ("onnx" in kinds) + 0.5 * ("openvino" in kinds)  # the IR: float16 weights
+        return int(model.graph_def.ByteSize() * copies) + OVERHEAD
 
 
 @dataclass(frozen=True)

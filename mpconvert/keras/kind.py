@@ -225,12 +225,14 @@ class KerasKind(ModelKind[KerasModel, Rewritten]):
 
     def output_bytes(self, model: KerasModel, kinds: Sequence[str]) -> int:
         """The weights once per file that holds them: a SavedModel and a .keras file keep float32
-        variables, the ONNX file 16-bit weights (half)."""
+        variables, the ONNX file and the OpenVINO IR 16-bit weights (half)."""
         weights = sum(int(np.prod(w.shape)) * 4 for w in model.weights)
         copies = 0.0
         if "savedmodel" in kinds:
             copies += 2.0 if self.framework.is_keras3 else 1.0  # the SavedModel, and model.keras beside it
         if "onnx" in kinds:
+            copies += 0.5
+        if "openvino" in kinds:  # float16 weights (compress_to_fp16)
             copies += 0.5
         return int(weights * copies) + OVERHEAD
 

@@ -12,9 +12,16 @@ class ArtifactKind(StrEnum):
     KERAS = "keras"
     ONNX = "onnx"
     LITERT = "litert"
+    OPENVINO = "openvino"
 
 
-EXPORT_KINDS = (ArtifactKind.SAVEDMODEL.value, ArtifactKind.ONNX.value, ArtifactKind.LITERT.value)
-# What --export writes unless told: the LiteRT file is for mobile and edge teams, who ask for it.
+EXPORT_KINDS = (
+    ArtifactKind.SAVEDMODEL.value,
+    ArtifactKind.ONNX.value,
+    ArtifactKind.LITERT.value,
+    ArtifactKind.OPENVINO.value,
+)
+# What --export writes unless told: the LiteRT file is for mobile and edge teams, who ask for it; the OpenVINO
+# IR needs the optional openvino package (mpconvert[openvino]).
 DEFAULT_EXPORT = (ArtifactKind.SAVEDMODEL.value, ArtifactKind.ONNX.value)
 ARTIFACT_KINDS = tuple(kind.value for kind in ArtifactKind)

@@ -77,7 +77,7 @@ FLOAT16 = Precision(
     resolution=2.0**-10,
     max_finite=65504.0,
     loss_scaling=True,
-    parity_rtol=MappingProxyType({"savedmodel": 2e-3, "keras": 2e-3, "onnx": 2e-2, "litert": 2e-2}),
+    parity_rtol=MappingProxyType({"savedmodel": 2e-3, "keras": 2e-3, "onnx": 2e-2, "litert": 2e-2, "openvino": 2e-2}),
     pad_tolerance=2e-3,
     onnx_elem_type=_ONNX_FLOAT16,
 )
@@ -87,7 +87,9 @@ BFLOAT16 = Precision(
     resolution=2.0**-7,
     max_finite=3.3895313892515355e38,
     loss_scaling=False,
-    parity_rtol=MappingProxyType({"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1, "litert": 1e-1}),
+    parity_rtol=MappingProxyType(
+        {"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1, "litert": 1e-1, "openvino": 1e-1}
+    ),
     pad_tolerance=2e-2,
     onnx_elem_type=_ONNX_BFLOAT16,
 )

@@ -12,6 +12,8 @@ from mpconvert.system.errors import MpconvertError
 
 # --provider of `verify`: ONNX Runtime's execution providers by the word a user types.
 PROVIDER_WORDS = ("auto", "cpu", "cuda", "tensorrt")
+# --ov-device of `verify`: OpenVINO's device names (AUTO: OpenVINO chooses, and takes no precision hint).
+OV_DEVICES = ("CPU", "GPU", "NPU", "AUTO")
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,12 @@ class VerifyOptions:
         kind="bool",
         help="Run on the CPU provider (and say so) when --provider cuda|tensorrt does not load here, "
         "instead of failing.",
+    )
+    ov_device: str = keyword(
+        "CPU",
+        choices=OV_DEVICES,
+        help="OpenVINO device for the openvino artifact; it is compiled for the 16-bit type the model was "
+        "converted to where the device lists the units for it (BF16, FP16), else for f32, and the run says which.",
     )
     speed_batch: int | None = keyword(
         None,

@@ -54,7 +54,7 @@ from mpconvert.report.sections import (
     Source,
     Validation,
 )
-from mpconvert.report.sections.details import OnnxDetails
+from mpconvert.report.sections.details import OnnxDetails, OpenVinoDetails
 from mpconvert.report.sections.speed import PERCENTILES
 from mpconvert.report.sections.validation import Measured
 from mpconvert.system.hooks import Hooks
@@ -157,6 +157,9 @@ def render_summary(report: Report, stream: IO[str] | None = None, report_path: P
                     f"{' and more' if len(emulated) > 6 else ''}; it was checked on a copy that computes those "
                     "ops in float32 and rounds back (see docs/report.md: Which runtimes run the 16-bit ONNX files)"
                 )
+            ran = _openvino_note(art.details) if isinstance(art.details, OpenVinoDetails) else None
+            if ran:
+                console.print(f"  [yellow]{art.path} {escape(ran)}[/]")
     for check in gate.checks:
         mark = "[green]pass[/]" if check.passed else "[bold red]FAIL[/]"
         console.print(f"  {mark} {check.name}: {escape(check.message)}")
@@ -252,6 +255,11 @@ def speed_line(report: Report) -> str | None:
     served = _served(speed.paths)
     if served:
         text += f"; {served}"
+    # Several files that serve it were timed (the Keras call serves nothing): the fastest, by name.
+    served_by = {name: r for name, r in timed.items() if name != "keras"}
+    if len(served_by) > 1:
+        fastest = max(served_by, key=lambda name: served_by[name])
+        text += f"; fastest here: {fastest} ({_ratio(served_by[fastest])} float32's speed)"
     if report.slow_kernel:  # a kernel far slower than float32: what was found, and what was done
         found = report.slow_kernel.found
         probed = "the kernel probe " if (found.what or "").startswith("one fused Dense") else ""
@@ -272,17 +280,34 @@ def speed_line(report: Report) -> str | None:
     return text
 
 
+def _openvino_note(details: OpenVinoDetails) -> str | None:
+    """An OpenVINO IR that does not compute in the converted model's 16-bit type here: the fallback, by name."""
+    if details.fallback:
+        return f"asks {details.precision} (fallback): {details.fallback}"
+    if details.ran_precision and details.precision and details.ran_precision != details.precision:
+        return (
+            f"asks {details.precision} and ran {details.ran_precision} on {', '.join(details.execution_devices or ())}"
+        )
+    return None
+
+
 def _served(paths: Mapping[str, PathSpeed]) -> str | None:
-    """The converted model's latency percentiles and throughput on the serving path (the SavedModel's, else the first)."""
+    """The converted model's latency percentiles and throughput on the serving paths: the SavedModel's (else the
+    first) and the OpenVINO IR's where it was timed."""
     timed = {name: p.latency["converted"] for name, p in paths.items() if p.latency and p.latency.get("converted")}
     if not timed:
         return None
-    name = "savedmodel" if "savedmodel" in timed else next(iter(timed))
-    t = timed[name]
-    p50, p90, p99 = (t.percentile(q) for q in PERCENTILES)
-    return (
-        f"converted {name} p50/p90/p99 {p50:g}/{p90:g}/{p99:g} ms, {t.rows_per_s:,.0f} rows/s ({len(t.calls_ms)} calls)"
-    )
+    names = ["savedmodel" if "savedmodel" in timed else next(iter(timed))]
+    names += [name for name in ("openvino",) if name in timed and name not in names]
+    found = []
+    for name in names:
+        t = timed[name]
+        p50, p90, p99 = (t.percentile(q) for q in PERCENTILES)
+        found.append(
+            f"converted {name} p50/p90/p99 {p50:g}/{p90:g}/{p99:g} ms, {t.rows_per_s:,.0f} rows/s "
+            f"({len(t.calls_ms)} calls)"
+        )
+    return "; ".join(found)
 
 
 def _ratio(value: float) -> str:

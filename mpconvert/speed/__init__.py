@@ -25,7 +25,15 @@ from mpconvert.speed.hardware import (
     target_note,
     warning_for,
 )
-from mpconvert.speed.measure import SPEED_BATCH, PathSpeed, Speed, measure_onnx_speed, measure_speed, padding_cost
+from mpconvert.speed.measure import (
+    SPEED_BATCH,
+    PathSpeed,
+    Speed,
+    measure_artifact_speed,
+    measure_onnx_speed,
+    measure_speed,
+    padding_cost,
+)
 from mpconvert.speed.timing import BUDGET_S, REPEATS, SPEED_PATHS, median_ms
 
 __all__ = [
@@ -39,6 +47,7 @@ __all__ = [
     "PathSpeed",
     "Speed",
     "fast_units",
+    "measure_artifact_speed",
     "measure_onnx_speed",
     "measure_speed",
     "median_ms",

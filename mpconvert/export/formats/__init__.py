@@ -36,12 +36,13 @@ from mpconvert.export.formats.base import Format, Writes
 from mpconvert.export.formats.keras import KERAS
 from mpconvert.export.formats.litert import LITERT
 from mpconvert.export.formats.onnx import ONNX
+from mpconvert.export.formats.openvino import OPENVINO
 from mpconvert.export.formats.savedmodel import SAVEDMODEL
 from mpconvert.options.convert import ExportOptions
 from mpconvert.report.sections import Artifact
 
 # In the order they are written and listed in the report.
-FORMATS: dict[str, Format[Any, Any]] = {f.name: f for f in (SAVEDMODEL, KERAS, ONNX, LITERT)}
+FORMATS: dict[str, Format[Any, Any]] = {f.name: f for f in (SAVEDMODEL, KERAS, ONNX, LITERT, OPENVINO)}
 
 
 def export_all(

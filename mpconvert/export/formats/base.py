@@ -111,8 +111,11 @@ class Format(ABC, Generic[W, D]):
         """What the written file records before it is run (what `open` needs)."""
 
     @abstractmethod
-    def open(self, path: Path, details: D, signature: Signature, providers: Sequence[str] = ()) -> Runner:
-        """A runner of the written file at `path`, as `details` record it; `providers`: ONNX Runtime's, best first."""
+    def open(
+        self, path: Path, details: D, signature: Signature, providers: Sequence[str] = (), device: str | None = None
+    ) -> Runner:
+        """A runner of the written file at `path`, as `details` record it; `providers`: ONNX Runtime's, best
+        first; `device`: the device a runtime that compiles for one runs it on (OpenVINO's; None: its default)."""
 
     @abstractmethod
     def check(

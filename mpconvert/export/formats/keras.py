@@ -43,7 +43,12 @@ class KerasFile(Format[None, KerasDetails]):
         return KerasDetails()
 
     def open(
-        self, path: Path, details: KerasDetails, signature: Signature, providers: Sequence[str] = ()
+        self,
+        path: Path,
+        details: KerasDetails,
+        signature: Signature,
+        providers: Sequence[str] = (),
+        device: str | None = None,
     ) -> KerasRunner:
         """The file loaded by Keras 3 (in the model's kind's scope, for its custom objects)."""
         import keras

@@ -53,7 +53,12 @@ class LiteRT(Format[LiteRTFile, LiteRTDetails]):
         return LiteRTDetails(weights=written.weights, what=WHAT, tables=written.tables or None)
 
     def open(
-        self, path: Path, details: LiteRTDetails, signature: Signature, providers: Sequence[str] = ()
+        self,
+        path: Path,
+        details: LiteRTDetails,
+        signature: Signature,
+        providers: Sequence[str] = (),
+        device: str | None = None,
     ) -> LiteRTRunner:
         return LiteRTRunner(path, signature)
 

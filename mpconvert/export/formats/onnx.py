@@ -50,7 +50,14 @@ class Onnx(Format[OnnxFile, OnnxDetails]):
             output_names=written.outputs,
         )
 
-    def open(self, path: Path, details: OnnxDetails, signature: Signature, providers: Sequence[str] = ()) -> OnnxRunner:
+    def open(
+        self,
+        path: Path,
+        details: OnnxDetails,
+        signature: Signature,
+        providers: Sequence[str] = (),
+        device: str | None = None,
+    ) -> OnnxRunner:
         # Reports from before the names were recorded: a Keras model's ONNX file is named by its signature.
         inputs = details.input_names or tuple(s.name for s in signature.inputs)
         outputs = details.output_names or tuple(s.name for s in signature.outputs)

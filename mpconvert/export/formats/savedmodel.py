@@ -36,7 +36,12 @@ class SavedModel(Format[str, SavedModelDetails]):
         return SavedModelDetails(signature=written)
 
     def open(
-        self, path: Path, details: SavedModelDetails, signature: Signature, providers: Sequence[str] = ()
+        self,
+        path: Path,
+        details: SavedModelDetails,
+        signature: Signature,
+        providers: Sequence[str] = (),
+        device: str | None = None,
     ) -> SavedModelRunner:
         return SavedModelRunner(path, signature, details.signature or DEFAULT_SIGNATURE)
 

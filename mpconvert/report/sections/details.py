@@ -125,6 +125,33 @@ class LiteRTDetails(Details):
 
 
 @dataclass(frozen=True)
+class OpenVinoDetails(Details):
+    """An OpenVINO IR folder: what it asks a device to compute in, and what the check's compile really ran."""
+
+    weights: str | None = None  # the element type the weights are stored in (float16: compress_to_fp16)
+    compute: str | None = None  # the 16-bit type the converted model computed in ("bf16", "f16"; "f32": none)
+    # The INFERENCE_PRECISION_HINT recorded in the IR's runtime_options for the device it was checked on, and
+    # why it is not `compute` where it is not (that device lacks the units): the fallback, named.
+    precision: str | None = None
+    fallback: str | None = None
+    device: str | None = None  # the device the check compiled for
+    # What that compile said it runs (its INFERENCE_PRECISION_HINT and EXECUTION_DEVICES): a file that asks
+    # bf16 and ran f32 shows here.
+    ran_precision: str | None = None
+    execution_devices: tuple[str, ...] | None = None
+    source: str | None = None  # what the IR was converted from, and how
+    # The IR's inputs and outputs in the signature's order, for `verify` to feed and read them by.
+    input_names: tuple[str, ...] | None = None
+    output_names: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_json(cls, stored: Mapping[str, Any]) -> OpenVinoDetails:
+        found = known(cls, stored)
+        names = ("execution_devices", "input_names", "output_names")
+        return cls(**{**found, **{name: _strings(found[name]) for name in names}})
+
+
+@dataclass(frozen=True)
 class FailedDetails(Details):
     """An artifact that could not be written or re-checked: why, with the fix."""
 
@@ -146,11 +173,12 @@ class UnknownDetails(Details):
 
 
 # Each format's record, by the name the report gives it.
-DETAILS: dict[str, type[SavedModelDetails | KerasDetails | OnnxDetails | LiteRTDetails]] = {
+DETAILS: dict[str, type[SavedModelDetails | KerasDetails | OnnxDetails | LiteRTDetails | OpenVinoDetails]] = {
     ArtifactKind.SAVEDMODEL: SavedModelDetails,
     ArtifactKind.KERAS: KerasDetails,
     ArtifactKind.ONNX: OnnxDetails,
     ArtifactKind.LITERT: LiteRTDetails,
+    ArtifactKind.OPENVINO: OpenVinoDetails,
 }
 
 
