@@ -18,8 +18,10 @@ demo: $(STAMP)
 	$(BIN)/mpconvert sample_models/digits_mlp --policy mixed_float16 \
 		--data sample_models/data/digits.npz --out demo_out/digits_mlp_mixed_float16 --force
 
-# One test process per core (at most 4: each holds a TensorFlow runtime and a model or two).
-PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4
+# One test process per core (at most 4: each holds a TensorFlow runtime and a model or two);
+# a test file's tests in one process, so that its module fixtures (a conversion, a
+# batch, a server) are built once, not once in each process.
+PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 test: $(STAMP)
 	$(PYTEST)
