@@ -9,13 +9,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from mpconvert.render.common import console_for
-from mpconvert.report.doctor import Diagnosis, ModelTiming, PolicyTiming, Timed
+from mpconvert.report.doctor import Diagnosis, ModelTiming, OpenVinoTiming, PolicyTiming, Timed
 from mpconvert.report.sections.machine import CPU_FEATURES, Gpu
 
 # --- the doctor -----------------------------------------------------------------
 
 
-def _bench_cell(entry: Timed | PolicyTiming) -> str:
+def _bench_cell(entry: Timed | PolicyTiming | OpenVinoTiming) -> str:
     if entry.ms is None:
         return "not supported"
     return f"{entry.ms:.1f} ({entry.speedup:.2f}x)" if entry.speedup is not None else f"{entry.ms:.1f}"
@@ -80,6 +80,16 @@ def render_model_timing(found: ModelTiming, stream: IO[str] | None = None) -> No
             console.print(f"  {policy}: {escape(entry.note or 'not timed')}")
         else:
             console.print(f"  {policy}: {_bench_cell(entry)} ms")
+    for policy, ir in found.openvino.items():
+        if ir.ms is None:
+            console.print(f"  {policy} on OpenVINO: {escape(ir.note or 'not timed')}")
+        else:
+            against = f" against float32 {ir.float32_ms:.1f} ms" if ir.float32_ms is not None else ""
+            console.print(
+                f"  {policy} on OpenVINO ({escape(ir.precision or '?')}): {_bench_cell(ir)} ms{against} on TensorFlow"
+            )
+    if found.openvino_note:
+        console.print(f"  OpenVINO: {escape(found.openvino_note)}")
     if found.cut_short:
         console.print(f"  [yellow]cut short[/]: {escape(found.cut_short)}")
     console.print(f"[bold]recommendation[/]: {escape(found.recommendation)}")

@@ -9,7 +9,7 @@ timed with oneDNN's rewrites off, in a child): `from_json` reads that back.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpconvert.report.sections import Hardware
@@ -193,6 +193,27 @@ class ProbeFinding:
 
 
 @dataclass(frozen=True)
+class OpenVinoTiming:
+    """The OpenVINO IR a conversion under one policy writes (--export openvino), timed as the format's check
+    compiles it, against float32 on TensorFlow timed in the same child process; or why it was not."""
+
+    ms: float | None
+    speedup: float | None  # TensorFlow float32 ms / ms
+    float32_ms: float | None  # the TensorFlow float32 figure it is measured against
+    precision: str | None  # the INFERENCE_PRECISION_HINT the compiled model reports it runs ("bf16", "f16", "f32")
+    note: str | None = None  # why it was not (fully) timed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ms": self.ms,
+            "speedup": self.speedup,
+            "float32_ms": self.float32_ms,
+            "precision": self.precision,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
 class ModelTiming:
     """`mpconvert doctor MODEL`: the model's serving path timed under float32 and each policy, and the advice."""
 
@@ -206,6 +227,10 @@ class ModelTiming:
     recommended_setting: str | None  # an environment setting the recommended policy needs here, or None
     cut_short: str | None
     seconds: float
+    # policy -> its OpenVINO IR's timing; empty where none was timed (`openvino_note` says why)
+    openvino: Mapping[str, OpenVinoTiming] = field(default_factory=dict)
+    openvino_note: str | None = None  # why OpenVINO was not timed at all: the package missing, the budget spent
+    recommended_runtime: str | None = None  # "tensorflow" or "openvino": what serves the recommendation fastest
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -219,4 +244,7 @@ class ModelTiming:
             "recommended_setting": self.recommended_setting,
             "cut_short": self.cut_short,
             "seconds": self.seconds,
+            "openvino": {name: t.to_json() for name, t in self.openvino.items()},
+            "openvino_note": self.openvino_note,
+            "recommended_runtime": self.recommended_runtime,
         }
