@@ -280,7 +280,7 @@ def time_model(
         result[policy] = PolicyTiming(shown[policy]["ms"], shown[policy]["speedup"], note, policy in cut, with_fix)
     ov = _openvino_timings(ov_policies, children)
     device = probe_hardware().device
-    best, setting, runtime, advice = _advise(result, ov, device)
+    best, setting, runtime, advice = advise(result, ov, device)
     untimed = next((p for p in order if p in notes), None)
     short = [f"the {budget_s:g} s budget ran out before {untimed} was timed"] if untimed else []
     short += [f"{p} {cut[p]}" for p in MODEL_POLICIES[1:] if p in cut]
@@ -342,20 +342,18 @@ def _openvino_timings(policies: tuple[str, ...], children: list[_Child]) -> dict
     return {p: found[p] for p in MODEL_POLICIES[1:] if p in found}
 
 
-def _advise(
+def advise(
     result: dict[str, PolicyTiming], ov: dict[str, OpenVinoTiming], device: str
 ) -> tuple[str | None, str | None, str | None, str]:
     """(policy, environment setting, runtime, the advice in words): the fastest way measured to serve the
     conversion here, where it is at least PAYS times float32 on TensorFlow; else keep float32."""
-    from mpconvert.speed.slow_kernel import FIX
-
     ways: list[tuple[float, str, str | None, str]] = []  # (speed-up, policy, setting, runtime)
     for policy in MODEL_POLICIES[1:]:
         timing = result[policy]
         if timing.speedup is not None:
             ways.append((timing.speedup, policy, None, "tensorflow"))
         if timing.with_fix is not None:
-            ways.append((timing.with_fix.speedup, policy, FIX, "tensorflow"))
+            ways.append((timing.with_fix.speedup, policy, timing.with_fix.setting, "tensorflow"))
         if policy in ov and ov[policy].speedup is not None:
             ways.append((ov[policy].speedup or 0.0, policy, None, "openvino"))
     paying = [w for w in ways if w[0] >= PAYS]
