@@ -37,7 +37,9 @@ def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserial
     """What this machine offers for 16-bit compute, measured: hardware, runtimes, Keras layers, a policy.
 
     With MODEL, that model itself is timed through its SavedModel serving
-    path under float32 and both policies, and a policy is recommended for it.
+    path under float32 and both policies, and the OpenVINO IR each policy's
+    conversion writes (with the openvino extra), and the fastest policy and
+    runtime are recommended for it.
     MODEL is any model the main command converts: a .keras or .h5 (.hdf5)
     file, or a SavedModel folder with or without keras_metadata.pb (without
     it, rewritten at graph level as the main command does).
