@@ -213,3 +213,19 @@ def test_verify_runs_the_ir_and_fails_a_flipped_byte_in_model_bin(timed_folder):
     assert not hashed["passed"]
     run = next(a for a in found["artifacts"] if a["kind"] == "openvino")
     assert not run["passed"] and "not run" in run["message"]
+
+
+def test_a_conversion_openvino_refuses_names_its_ops_and_reason_not_an_assertions_location():
+    from mpconvert.export.formats.openvino import unconverted
+
+    # OpenVINO 2026.4.1's text for an IntegerLookup model (its first line names no op).
+    text = (
+        "Check 'false' failed at src/frontends/common_translators/src/unconverted_ops_report.cpp:151:\n"
+        "[TensorFlow Frontend] Internal error or incorrect input model: number of inputs to If and number of "
+        "inputs in then branch do not match.\n\nSummary:\n-- Conversion is failed for: HashTableV2, If\n"
+    )
+    error = unconverted(text)
+    assert error.message.startswith("OpenVINO cannot convert the model's HashTableV2, If ops ([TensorFlow Frontend]")
+    assert "unconverted_ops_report" not in error.message and "--export savedmodel,onnx" in error.hint
+    # Without the summary: the first line, as the frontend gave it.
+    assert unconverted("some other failure\nmore").message == "OpenVINO cannot convert the model: some other failure"

@@ -27,6 +27,7 @@ compiles it for the converted model's type where that device has the units.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
@@ -132,6 +133,27 @@ class OpenVino(Format[OpenVinoIR, OpenVinoDetails]):
 
 OPENVINO = OpenVino()
 
+# The frontend's own summary of what it could not convert. Its first line is an
+# assertion's location ("Check 'false' failed at .../unconverted_ops_report.cpp"),
+# which names nothing; the summary names the ops. Seen with OpenVINO 2026.4.1 on
+# StringLookup/IntegerLookup models: "Conversion is failed for: HashTableV2, If"
+# (a table read inside the SavedModel's empty-batch branch).
+_FAILED_OPS = re.compile(r"Conversion is failed for:\s*([^\n]+)")
+_FRONTEND_ERROR = re.compile(r"\[TensorFlow Frontend\][^\n]*")
+
+
+def unconverted(text: str) -> MpconvertError:
+    """OpenVINO's conversion error as one line naming the ops it could not convert and its own reason."""
+    ops = _FAILED_OPS.search(text)
+    reason = _FRONTEND_ERROR.search(text)
+    if ops is None:
+        return MpconvertError(f"OpenVINO cannot convert the model: {first_line(Exception(text), 300)}", hint=_SERVE)
+    why = f" ({reason[0][:200]})" if reason else ""
+    return MpconvertError(f"OpenVINO cannot convert the model's {ops[1].strip()} ops{why}", hint=_SERVE)
+
+
+_SERVE = "serve the SavedModel or the ONNX file (--export savedmodel,onnx)"
+
 
 def write_openvino(writes: Writes, path: Path, device: str = CHECK_DEVICE) -> OpenVinoIR:
     """The IR folder at `path` from the SavedModel `writes` makes, its hint chosen for `device`."""
@@ -143,10 +165,7 @@ def write_openvino(writes: Writes, path: Path, device: str = CHECK_DEVICE) -> Op
         try:
             model = ov.convert_model(str(saved) if name == DEFAULT_SIGNATURE else _signature(saved, name))
         except Exception as exc:  # OpenVINO's frontend errors: an op it has no conversion for
-            raise MpconvertError(
-                f"OpenVINO cannot convert the model: {first_line(exc, 300)}",
-                hint="serve the SavedModel or the ONNX file (--export savedmodel,onnx)",
-            ) from None
+            raise unconverted(str(exc)) from None
     compute = float32_compute(model)
     precision, fallback = hint_for(compute, capabilities(device), device)
     model.set_rt_info(precision, HINT_PATH)
