@@ -47,7 +47,9 @@ def converted(tmp_path_factory):
         before = tree_hash(model)
         for policy in ("mixed_float16", "mixed_bfloat16"):
             out = base / f"{name}_{policy}"
-            result = invoke(model, "--policy", policy, "--data", data, "--out", out)
+            # --no-speed: no test here reads the speed section (tests/test_speed.py and test_api's
+            # CLI-against-API runs time converted models); the rest runs as a user's default run.
+            result = invoke(model, "--policy", policy, "--data", data, "--out", out, "--no-speed")
             report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else None
             results[name, policy] = (result, out, report)
         assert tree_hash(model) == before, f"{model} was modified"
