@@ -28,9 +28,19 @@ CANCER = SAMPLES / "cancer_mlp.keras"
 CANCER_NPZ = SAMPLES / "data" / "breast_cancer.npz"
 DIGITS_CNN = SAMPLES / "digits_cnn.keras"
 DIGITS_NPZ = SAMPLES / "data" / "digits.npz"
-# No test here reads a fine-tune, the speed stage or the ONNX file (but the one test of the runtime
-# that ran it): each would only add seconds to every conversion.
-FAST = ["--policy", "mixed_float16", "--export", "savedmodel", "--finetune-steps", "0", "--no-speed"]
+# No test here reads a fine-tune, padding, the speed stage or the ONNX file (but the one test of the
+# runtime that ran it): each would only add seconds to every conversion.
+FAST = [
+    "--policy",
+    "mixed_float16",
+    "--export",
+    "savedmodel",
+    "--finetune-steps",
+    "0",
+    "--no-speed",
+    "--pad-multiple",
+    "0",
+]
 
 
 def start(*args, cwd=None, env=None) -> subprocess.Popen:
@@ -379,6 +389,7 @@ def test_the_report_says_what_really_ran_the_onnx_file(tmp_path, policy, native)
         "onnx",
         "--finetune-steps",
         "0",
+        "--no-speed",
     )
     assert result.exit_code == 0, result.output
     (onnx,) = json.loads((tmp_path / "o" / "report.json").read_text())["artifacts"]
