@@ -216,7 +216,9 @@ def test_nested_shared_and_multi_output_models_convert(saved_shapes, tmp_path, s
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_classic_h5_autoencoder_converts_under_both_policies(saved_shapes, tmp_path, framework):
     path, data = saved_shapes["autoencoder", framework]
-    for policy in POLICIES:
+    # mixed_float16 of this same file, with these same flags, converts (and more is asserted) in
+    # test_nested_shared_and_multi_output_models_convert[autoencoder-*]: only bfloat16 is left to run here.
+    for policy in [p for p in POLICIES if p != "mixed_float16"]:
         result = invoke(
             path,
             "--policy",

@@ -157,6 +157,7 @@ def test_cli_runs_give_identical_reports_with_the_same_seed(tmp_path):
                 "20",
                 "--seed",
                 "3",
+                "--no-speed",  # only the fine-tune and validation figures are compared
             ],
         )
         assert result.exit_code == 0, result.output
@@ -198,6 +199,7 @@ def test_data_function_feeds_fine_tuning_from_a_tf_data_pipeline(tmp_path, monke
             "savedmodel",
             "--finetune-steps",
             "10",
+            "--no-speed",  # the data's path into fine-tuning is the subject, not the timing
         ],
     )
     assert result.exit_code == 0, result.output

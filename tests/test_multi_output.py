@@ -103,7 +103,9 @@ def test_the_api_takes_labels_by_output_name_or_in_output_order(zoo):
 
 def test_the_overflowing_head_fails_alone_and_the_default_run_keeps_only_that_head_float32(zoo, tmp_path):
     model, data = zoo / "dict.keras", zoo / "both.npz"
-    off = invoke(model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "off", "--auto-keep", "off")
+    # Neither run's fine-tune nor speed section is read: the checks and layers are the validation's and the rewrite's.
+    args = [model, "--policy", "mixed_float16", "--data", data, "--finetune-steps", "0", "--no-speed"]
+    off = invoke(*args, "--out", tmp_path / "off", "--auto-keep", "off", "--export", "savedmodel")
     assert off.exit_code == 3, off.output
     checks = checks_of(report_of(tmp_path / "off"))
     assert not checks["mse gate: ink"]["passed"] and "NaN/inf" in checks["mse gate: ink"]["message"]
@@ -111,7 +113,7 @@ def test_the_overflowing_head_fails_alone_and_the_default_run_keeps_only_that_he
     assert "accuracy gate" not in checks  # one metric check per output, named after it
     assert report_of(tmp_path / "off")["validation"]["nonfinite_by_output"] == {"ink": 450}
 
-    default = invoke(model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "on")
+    default = invoke(*args, "--out", tmp_path / "on")
     assert default.exit_code == 0, default.output
     report = report_of(tmp_path / "on")
     policies = {layer["name"]: layer["policy"] for layer in report["layers"]}
@@ -127,6 +129,7 @@ def test_the_overflowing_head_fails_alone_and_the_default_run_keeps_only_that_he
 
 def test_tf_keras_list_outputs_with_an_unlabelled_head_get_a_drift_check(zoo, tmp_path):
     args = ["--policy", "mixed_float16", "--data", zoo / "digit_only.npz", "--export", "savedmodel"]
+    args += ["--finetune-steps", "0", "--no-speed"]  # only the checks and the artifact's outputs are read
     result = invoke(zoo / "list.h5", *args, "--out", tmp_path / "o", "--auto-keep", "off")
     assert result.exit_code == 3, result.output
     checks = checks_of(report_of(tmp_path / "o"))
@@ -144,7 +147,8 @@ def test_per_output_budgets_and_metrics_and_unknown_output_names(zoo, tmp_path):
     assert "digit, odd" in bad.stderr and not (tmp_path / "bad").exists()
     usage = invoke(*args, "--metric", "digit=f1", "--out", tmp_path / "usage")
     assert usage.exit_code == 2 and "digit=f1" in usage.output
-    ok = invoke(*args, "--max-drop", "0.05", "--max-drop", "digit=0", "--finetune-steps", "0", "--out", tmp_path / "o")
+    cheap = ["--finetune-steps", "0", "--no-speed", "--export", "savedmodel"]  # only the gate's thresholds are read
+    ok = invoke(*args, "--max-drop", "0.05", "--max-drop", "digit=0", *cheap, "--out", tmp_path / "o")
     thresholds = report_of(tmp_path / "o")["gate"]["thresholds"]
     assert thresholds["max_drop"] == 0.05 and thresholds["max_drop_by_output"] == {"digit": 0.0}
     assert checks_of(report_of(tmp_path / "o"))["accuracy gate: digit"]["values"]["max_drop"] == 0.0

@@ -211,7 +211,7 @@ def test_the_cli_exports_padded_files_with_the_original_signature(tmp_path, fw, 
     else:
         model.save(str(path), save_format="tf")
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, [str(path), "--policy", policy, "--out", str(out)])
+    result = CliRunner().invoke(cli, [str(path), "--policy", policy, "--out", str(out), "--no-speed"])
     assert result.exit_code == 0, result.output
     import json
 
@@ -241,7 +241,19 @@ def test_pad_multiple_0_turns_padding_off(tmp_path):
     tiny_models.unfriendly(keras).save(path)
     out = tmp_path / "out"
     result = CliRunner().invoke(
-        cli, [str(path), "--policy", "mixed_float16", "--out", str(out), "--pad-multiple", "0", "--export", "onnx"]
+        cli,
+        [
+            str(path),
+            "--policy",
+            "mixed_float16",
+            "--out",
+            str(out),
+            "--pad-multiple",
+            "0",
+            "--export",
+            "onnx",
+            "--no-speed",
+        ],
     )
     assert result.exit_code == 0, result.output
     import json
