@@ -197,6 +197,7 @@ def test_a_batch_converts_graph_savedmodels_beside_keras_ones(models, tmp_path):
 [defaults]
 finetune_steps = 0
 export = ["savedmodel"]
+speed = false  # no timing is read here (the search test reads a graph's)
 
 [[model]]
 path = "{models["cnn"]}"

@@ -34,6 +34,7 @@ ZOO = """
 finetune_steps = 0
 export = ["savedmodel"]
 speed = false
+pad_multiple = 0
 data = "breast_cancer.npz"
 
 [[model]]
