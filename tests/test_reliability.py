@@ -401,3 +401,19 @@ def test_the_report_says_what_really_ran_the_onnx_file(tmp_path, policy, native)
         assert onnx["runtime"] == "onnxruntime:CPUExecutionProvider on an emulated copy"
         assert "MatMul" in onnx["details"]["emulated_16bit_ops"]
         assert "model.onnx did not run as written" in result.output
+
+
+def test_a_batch_root_drops_the_half_written_files_of_killed_writers_and_keeps_a_live_ones(tmp_path):
+    """A batch killed between writing `.index.html.PID.partial` and renaming it left the file; the next claim
+    of the root removes it, and leaves a live process's file (and every other file) alone."""
+    from mpconvert.system.outdir import claimed_root
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    root = tmp_path / "zoo-out"
+    root.mkdir()
+    stale, live = root / f".index.html.{dead.pid}.partial", root / f".batch.json.{os.getpid()}.partial"
+    for path in (stale, live, root / "batch.json"):
+        path.write_text("{")
+    with claimed_root(root):
+        assert sorted(p.name for p in root.iterdir()) == sorted([live.name, "batch.json"])

@@ -33,6 +33,7 @@ from mpconvert.system.writing import writing
 
 _LOCK_SUFFIX = ".mpconvert-lock"
 _STAGING = re.compile(r"^\.(?P<name>.+)\.(?:partial|old)-(?P<pid>\d+)-")
+_PARTIAL_FILE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.partial$")  # writing.replace_atomically's
 
 
 def _inside(child: Path, parent: Path) -> bool:
@@ -243,6 +244,7 @@ def claimed_root(root: Path, shard: tuple[int, int] | None = None) -> Iterator[P
         if shard is not None:
             shard_lock = _lock_path(root, f".shard-{shard[0]}-of-{shard[1]}")
             held.append((shard_lock, _take(shard_lock, root, shared=False, in_use=busy)))
+        remove_stale_partials(root)
         yield root
     except BaseException:
         for path, fd in reversed(held):
@@ -297,6 +299,24 @@ def remove_stale_staging(out: Path) -> list[Path]:
                 os.replace(previous, out)
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
+    return removed
+
+
+def remove_stale_partials(folder: Path) -> list[Path]:
+    """The hidden `.NAME.PID.partial` files (writing.replace_atomically's) of killed processes in `folder`.
+
+    A process killed between writing such a file and renaming it over NAME
+    (a batch killed while it wrote index.html) leaves it behind; the next
+    batch into the root removes it. A live writer's file is left alone.
+    """
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in folder.iterdir():
+            match = _PARTIAL_FILE.match(entry.name)
+            if match and entry.is_file() and not _pid_alive(int(match["pid"])):
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+                    removed.append(entry)
     return removed
 
 
