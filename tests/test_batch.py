@@ -184,6 +184,10 @@ def test_an_existing_root_needs_resume_or_force(full_run, zoo):
     assert proc.returncode == 1 and "already holds results" in proc.stderr and "--resume" in proc.stderr
 
 
+# make test-full: two more runs of the whole zoo (45 s on 2 cores); every run merges shards into one
+# root through test_shared_root.py (Kubernetes indexes, GitHub matrix) and separate shard roots through
+# test_html.py::test_batch_merge_of_separate_shards_gets_one_page.
+@pytest.mark.full
 def test_two_shards_merge_into_the_unsharded_summary(full_run, zoo, tmp_path):
     _, _, whole = full_run
     for i in (1, 2):
