@@ -18,8 +18,10 @@ demo: $(STAMP)
 	$(BIN)/mpconvert sample_models/digits_mlp --policy mixed_float16 \
 		--data sample_models/data/digits.npz --out demo_out/digits_mlp_mixed_float16 --force
 
-# One test process per core (at most 4: each holds a TensorFlow runtime and a model or two).
-PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4
+# One test process per core (at most 4: each holds a TensorFlow runtime and a model or two);
+# a test file's tests in one process, so that its module fixtures (a conversion, a
+# batch, a server) are built once, not once in each process.
+PYTEST := $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 test: $(STAMP)
 	$(PYTEST)
@@ -47,7 +49,7 @@ install-check: $(STAMP)
 	cd $(WHEEL_DIR) && PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(CURDIR)/$(WHEEL_DIR)/site/bin/mpconvert \
 		$(CURDIR)/sample_models/cancer_mlp.keras --policy mixed_bfloat16 --data $(CURDIR)/sample_models/data/breast_cancer.npz \
 		--out converted --json --quiet > report.json
-	PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(BIN)/python -c 'import json, sys; from mpconvert.schema import problems; \
+	PYTHONPATH=$(CURDIR)/$(WHEEL_DIR)/site $(BIN)/python -c 'import json, sys; from mpconvert.report.schema import problems; \
 		r = json.load(open("$(WHEEL_DIR)/report.json")); p = problems(r, "report"); \
 		sys.exit("\n".join(p)) if p else print("install-check: the installed wheel converted cancer_mlp, passed:", r["passed"])'
 

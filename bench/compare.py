@@ -44,9 +44,9 @@ import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
 
 import mpconvert  # noqa: E402
-from mpconvert.errors import first_line  # noqa: E402
 from mpconvert.runners.onnx import cuda_usable  # noqa: E402
 from mpconvert.speed import median_ms, probe_hardware  # noqa: E402
+from mpconvert.system.errors import first_line  # noqa: E402
 
 BATCH, INPUTS, WIDTH, CLASSES = 256, 784, 4096, 10
 REPEATS = 10

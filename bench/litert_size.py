@@ -1,6 +1,6 @@
 """LiteRT (.tflite) size with float16 weights against a float32 .tflite of the same model (target 0.5x).
 
-What `--export litert` writes (mpconvert.litert.write_litert, from the
+What `--export litert` writes (mpconvert.export.formats.litert.write_litert, from the
 model's float32 SavedModel) against the same converter without the float16
 weight quantization, both written in this run. Prints the CPU it ran on:
 the size does not depend on it, the conversion time does.
@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import keras  # noqa: E402
 from onnx_size import MODELS  # noqa: E402  (the same models as the ONNX size benchmark)
 
-from mpconvert.litert import write_litert  # noqa: E402
+from mpconvert.export.formats.litert import write_litert  # noqa: E402
 from mpconvert.speed import read_cpu  # noqa: E402
 
 

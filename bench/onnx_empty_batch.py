@@ -34,11 +34,11 @@ import onnxruntime as ort  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
 
-from mpconvert.errors import MpconvertError  # noqa: E402
 from mpconvert.onnx.empty_batch import serve_empty_batch  # noqa: E402
 from mpconvert.runners.isolated import Isolated  # noqa: E402
 from mpconvert.runners.onnx import ORT_CPU, OnnxRunner  # noqa: E402
 from mpconvert.speed.timing import timed_ms  # noqa: E402
+from mpconvert.system.errors import MpconvertError  # noqa: E402
 
 BATCHES = {1: (3000, 15.0), 256: (300, 30.0)}  # batch -> (calls of each file at most, time budget in s)
 

@@ -36,12 +36,12 @@ import onnxruntime as ort  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf2onnx  # noqa: E402
 
-from mpconvert.frameworks import KERAS3  # noqa: E402
+from mpconvert.data.signature import generate_inputs, signature_of  # noqa: E402
+from mpconvert.keras.frameworks import KERAS3  # noqa: E402
+from mpconvert.keras.rewrite import rewrite  # noqa: E402
 from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
 from mpconvert.onnx.proto import contents  # noqa: E402
-from mpconvert.options import RewriteOptions  # noqa: E402
-from mpconvert.rewrite import rewrite  # noqa: E402
-from mpconvert.signature import generate_inputs, signature_of  # noqa: E402
+from mpconvert.options.rewrite import RewriteOptions  # noqa: E402
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 

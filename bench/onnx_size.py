@@ -16,11 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from mpconvert.frameworks import KERAS3  # noqa: E402
+from mpconvert.data.signature import generate_inputs, signature_of  # noqa: E402
+from mpconvert.keras.frameworks import KERAS3  # noqa: E402
+from mpconvert.keras.rewrite import rewrite  # noqa: E402
 from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
-from mpconvert.options import RewriteOptions  # noqa: E402
-from mpconvert.rewrite import rewrite  # noqa: E402
-from mpconvert.signature import generate_inputs, signature_of  # noqa: E402
+from mpconvert.options.rewrite import RewriteOptions  # noqa: E402
 
 MODELS = {
     "digits_cnn": lambda: keras.models.load_model(Path(__file__).parent.parent / "sample_models" / "digits_cnn.keras"),

@@ -89,18 +89,18 @@ def main() -> None:
         ratio = whole["mixed_float16"] / whole["mixed_bfloat16"]
         verdict = "meets" if ratio <= 2 else "misses"
         print(f"  mixed_float16 run / mixed_bfloat16 run: {ratio:.2f}x ({verdict} <= 2x)")
-    from mpconvert.doctor import recommend
+    from mpconvert.commands.doctor import recommend
     from mpconvert.speed import probe_hardware
     from mpconvert.speed.layers import bench_layers
 
     layers = bench_layers(("dense",))
-    dense = layers["dense"]
+    dense = layers["dense"].timings
     print("Keras Dense(1024, relu) in tf.function, batch 256: ratio = float32 ms / ms")
     for policy in ("float32", *POLICIES):
-        print(f"  {policy}: {dense[policy]['ms']:.2f} ms ({dense[policy]['speedup']:.2f}x)")
+        print(f"  {policy}: {dense[policy].ms:.2f} ms ({dense[policy].speedup:.2f}x)")
     advice = recommend(probe_hardware(), layers)
-    fastest = max(POLICIES, key=lambda p: dense[p]["speedup"] or 0)
-    expected = fastest if (dense[fastest]["speedup"] or 0) >= 1.1 else None
+    fastest = max(POLICIES, key=lambda p: dense[p].speedup or 0)
+    expected = fastest if (dense[fastest].speedup or 0) >= 1.1 else None
     agrees = "agrees" if advice.policy == expected else "DISAGREES"
     print(f"  the doctor recommends {advice.policy or 'float32'}: {agrees} with the Dense timing")
 

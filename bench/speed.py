@@ -23,11 +23,11 @@ import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from mpconvert.finetune import Trainer  # noqa: E402
-from mpconvert.frameworks import KERAS3  # noqa: E402
+from mpconvert.keras.finetune import Trainer  # noqa: E402
+from mpconvert.keras.frameworks import KERAS3  # noqa: E402
+from mpconvert.keras.rewrite import rewrite  # noqa: E402
 from mpconvert.onnx.export import keras_to_onnx  # noqa: E402
-from mpconvert.options import RewriteOptions  # noqa: E402
-from mpconvert.rewrite import rewrite  # noqa: E402
+from mpconvert.options.rewrite import RewriteOptions  # noqa: E402
 
 REPEATS = 15
 

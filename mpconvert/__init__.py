@@ -11,10 +11,10 @@ Importing this package does not import TensorFlow; converting does.
 
 import logging as _logging
 
-from .api import Conversion, Inspection, Replay, check, convert, inspect, replay, verify
-from .errors import MpconvertError
-from .precision import POLICIES, Precision
-from .report import mpconvert_version as _mpconvert_version
+from mpconvert.api import Conversion, Inspection, Replay, check, convert, inspect, replay, sign, verify
+from mpconvert.options.precision import POLICIES, Precision
+from mpconvert.report.report import mpconvert_version as _mpconvert_version
+from mpconvert.system.errors import MpconvertError
 
 # A library logs, the application decides what to show: without this, Python's
 # last-resort handler would print mpconvert's warnings from convert().
@@ -33,6 +33,7 @@ __all__ = [
     "convert",
     "inspect",
     "replay",
+    "sign",
     "verify",
     "__version__",
 ]

@@ -1,5 +1,5 @@
 """`python -m mpconvert` works like the `mpconvert` console script."""
 
-from .cli import main
+from mpconvert.cli import main
 
 main()

@@ -15,31 +15,28 @@ from inspect import Parameter, Signature
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import MpconvertError
-from .gate_options import GateOptions
-from .hooks import Hooks
-from .keywords import Keyword, build, refuse_unknown
-from .options import (
-    CONVERSION_KEYWORDS,
-    EXPORT_KEYWORDS,
-    GATE_KEYWORDS,
-    AutoKeepOptions,
-    ConvertOptions,
-    ExportOptions,
-    FinetuneOptions,
-    LoadOptions,
-    PadOptions,
-    RewriteOptions,
-    SaveOptions,
-    ValidateOptions,
-)
-from .replay_inputs import ReplayInputs, replay_inputs
-from .tracking_options import TRACKING_KEYWORDS, TrackingOptions
-from .usercode import importing_from
-from .verify_options import VERIFY_KEYWORDS, VerifyOptions
+from mpconvert.commands.replay import ReplayInputs, replay_inputs
+from mpconvert.options.convert import CONVERSION_KEYWORDS, ConvertOptions
+from mpconvert.options.export import EXPORT_KEYWORDS, ExportOptions, SaveOptions
+from mpconvert.options.finetune import FinetuneOptions
+from mpconvert.options.gate import GATE_KEYWORDS, GateOptions
+from mpconvert.options.keywords import Keyword, build, refuse_unknown
+from mpconvert.options.load import LoadOptions
+from mpconvert.options.pad import PadOptions
+from mpconvert.options.rewrite import AutoKeepOptions, RewriteOptions
+from mpconvert.options.signing import SIGNING_KEYWORDS, SigningOptions
+from mpconvert.options.tracking import TRACKING_KEYWORDS, TrackingOptions
+from mpconvert.options.validate import ValidateOptions
+from mpconvert.options.verify import VERIFY_KEYWORDS, VerifyOptions
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.hooks import Hooks
+from mpconvert.system.usercode import importing_from
 
 if TYPE_CHECKING:
-    from .report import Report
+    from mpconvert.kinds.base import PaddingPlan
+    from mpconvert.report.report import Report
+    from mpconvert.report.sections import Source
+    from mpconvert.report.verification import BatchVerification, VerifyReport
 
 
 def _signature(keywords: Mapping[str, Keyword], *leading: Parameter) -> Signature:
@@ -64,6 +61,12 @@ def tracking_options(**keywords: Any) -> TrackingOptions:
     """MLflow tracking from keywords (mlflow, mlflow_experiment, register, mlflow_optional); off without mlflow."""
     refuse_unknown(keywords, TRACKING_KEYWORDS, "tracking option")
     return build(TrackingOptions, keywords, TRACKING_KEYWORDS)
+
+
+def signing_options(**keywords: Any) -> SigningOptions:
+    """Signing from keywords (sign_key: an elliptic-curve private key's PEM file); unsigned without it."""
+    refuse_unknown(keywords, SIGNING_KEYWORDS, "signing option")
+    return build(SigningOptions, keywords, SIGNING_KEYWORDS)
 
 
 def conversion_options(model: Any, policy: str, **keywords: Any) -> ConvertOptions:
@@ -99,6 +102,7 @@ setattr(  # noqa: B010
 setattr(gate_options, "__signature__", _signature(GATE_KEYWORDS))  # noqa: B010
 setattr(export_options, "__signature__", _signature(EXPORT_KEYWORDS))  # noqa: B010
 setattr(tracking_options, "__signature__", _signature(TRACKING_KEYWORDS))  # noqa: B010
+setattr(signing_options, "__signature__", _signature(SIGNING_KEYWORDS))  # noqa: B010
 
 
 class Conversion:
@@ -114,8 +118,13 @@ class Conversion:
         return self._converted.model
 
     @property
+    def result(self) -> Report:
+        """The report, typed (artifacts appear once saved): what the gate judged, and every section."""
+        return self._report
+
+    @property
     def report(self) -> dict:
-        """The report, as report.json holds it (artifacts appear once saved)."""
+        """The report, as report.json holds it (artifacts appear once saved); `result` is the typed one."""
         return self._report.to_json()
 
     @property
@@ -149,14 +158,18 @@ class Conversion:
         mlflow="http://HOST:5000" (or True for MLFLOW_TRACKING_URI) records
         the written folder as an MLflow run, register="NAME" also registers
         the SavedModel when the gate passed, mlflow_experiment,
-        mlflow_optional.
+        mlflow_optional; and sign_key="key.pem" signs the finished folder
+        (model.sig; an encrypted key's password from
+        MPCONVERT_SIGN_KEY_PASSWORD).
         """
-        from .pipeline import save
+        from mpconvert.pipeline import save
 
-        export = {k: v for k, v in keywords.items() if k not in TRACKING_KEYWORDS}
+        saving = {**TRACKING_KEYWORDS, **SIGNING_KEYWORDS}
+        export = {k: v for k, v in keywords.items() if k not in saving}
         tracking = tracking_options(**{k: v for k, v in keywords.items() if k in TRACKING_KEYWORDS})
+        signing = signing_options(**{k: v for k, v in keywords.items() if k in SIGNING_KEYWORDS})
         # A URL stays a string: object storage.
-        options = SaveOptions(out, export_options(**export), force, tracking=tracking)
+        options = SaveOptions(out, export_options(**export), force, tracking=tracking, signing=signing)
         self._report, _ = save(self._converted, options, _hooks(on_stage, None))
         return self.report
 
@@ -187,12 +200,12 @@ def convert(
     `on_finetune_step(step, total, loss, loss_scale)`. Raises MpconvertError
     for anything the inputs cause.
     """
-    from .pipeline import convert as run
+    from mpconvert.pipeline import convert as run
 
-    tracking = [name for name in keywords if name in TRACKING_KEYWORDS]
-    if tracking:  # a run records a written output folder, and convert() writes none
+    tracking = [name for name in keywords if name in TRACKING_KEYWORDS or name in SIGNING_KEYWORDS]
+    if tracking:  # a run records (a signature covers) a written output folder, and convert() writes none
         raise MpconvertError(
-            f"{tracking[0]} is a keyword of Conversion.save, not of convert: MLflow records the written output",
+            f"{tracking[0]} is a keyword of Conversion.save, not of convert: it is about the written output",
             hint=f"conversion = mpconvert.convert(model, policy, ...); conversion.save(out, {tracking[0]}=...)",
         )
     options = conversion_options(model, policy, **keywords)
@@ -203,11 +216,16 @@ def convert(
 class Inspection:
     """What a conversion would do, per layer: policies and padding, nothing converted."""
 
-    source: dict  # as the report's JSON form: path, name, parameters, format, loader, inputs, outputs
+    described: Source  # the model: path, name, parameters, format, loader, inputs, outputs
     policy: str
     layers: tuple  # LayerDecision per layer, the lint's keeps included
-    padding: Any  # a PadPlan, or None with pad_multiple=0
+    padding: PaddingPlan | None  # None with pad_multiple=0
     lint: Any = None  # a lint.Lint: findings with their numbers (None with auto_keep="off")
+
+    @property
+    def source(self) -> dict:
+        """The model as the report's JSON form describes it (what callers of earlier versions read)."""
+        return self.described.to_json()
 
 
 def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspection:
@@ -217,12 +235,11 @@ def inspect(model: Any, policy: str = "mixed_float16", **keywords: Any) -> Inspe
     keep_float32, pad_multiple, max_pad_overhead, data and auto_keep (the
     numeric lint; "off" skips it), and the loading ones.
     """
-    from .pipeline import inspect as plan
+    from mpconvert.pipeline import inspect as plan
 
     options = conversion_options(model, policy, **keywords)
     found = plan(options)
-    source = found.source.describe(options.load.path).to_json()
-    return Inspection(source, policy, found.plan.rows, found.padding, found.lint)
+    return Inspection(found.source.describe(options.load.path), policy, found.plan.rows, found.padding, found.lint)
 
 
 def check(report: dict | str | Path, **thresholds: Any) -> dict:
@@ -232,7 +249,7 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
     max_regression) keep the values stored in the report. Returns the
     re-judged report: its "passed" and "gate" are the new verdict.
     """
-    from .stored import read_report
+    from mpconvert.report.read import read_report
 
     stored = report if isinstance(report, dict) else read_report(Path(report))
     return recheck(stored, gate_options(**thresholds)).to_json()
@@ -240,8 +257,8 @@ def check(report: dict | str | Path, **thresholds: Any) -> dict:
 
 def recheck(stored: dict, options: GateOptions) -> Report:
     """A stored report (report.json's content) judged again with `options` over its own thresholds."""
-    from .report import Report
-    from .stored import load_baseline
+    from mpconvert.report.read import load_baseline
+    from mpconvert.report.report import Report
 
     # Judged on its raw figures: a derived one it stores that they contradict fails the gate.
     report = Report.read_back(stored)
@@ -258,6 +275,7 @@ class Replay:
     report: dict  # the new report, as report.json holds it
     compared: tuple  # comparison.Difference for every compared field
     exit_code: int  # the new run's, as the main command's
+    result: Report | None = None  # the new report, typed
 
     @property
     def differences(self) -> tuple:
@@ -294,9 +312,9 @@ def replay(
     oneDNN's rewrites off where the slow-kernel guard finds a broken kernel,
     as the conversion it replays did (a Python process cannot).
     """
-    from .comparison import compared
-    from .pipeline import convert_and_save
-    from .stored import read_report
+    from mpconvert.pipeline import convert_and_save
+    from mpconvert.report.diff import compared
+    from mpconvert.report.read import read_report
 
     path = Path(report)
     path = path / "report.json" if path.is_dir() else path
@@ -310,13 +328,36 @@ def replay(
     with importing_from(inputs.folder):  # the user's modules, as the recorded run found them
         new, written = convert_and_save(options, save, hooks)
     again = new.to_json()
-    return Replay(path, written, again, compared(stored, again), new.exit_code)
+    return Replay(path, written, again, compared(stored, again), new.exit_code, new)
+
+
+def sign(folder: str | Path, *, sign_key: str | Path, force: bool = False) -> list[Path]:
+    """Sign a folder converted before (or a batch root and its model folders), as `mpconvert sign` does.
+
+    Every file its report recorded a sha256 for is checked first: a changed
+    one refuses the folder (MpconvertError). A folder already signed needs
+    `force`. Returns the folders signed. An encrypted key's password comes
+    from MPCONVERT_SIGN_KEY_PASSWORD, never from an argument.
+    """
+    from mpconvert.commands.sign import sign_output
+    from mpconvert.commands.signature import load_signer
+
+    signer = load_signer(signing_options(sign_key=sign_key))
+    assert signer is not None
+    return [signed.folder for signed in sign_output(folder, signer, force=force)]
 
 
 def verify_options(**keywords: Any) -> VerifyOptions:
-    """Verify options from keywords (provider, fallback, speed_batch)."""
+    """Verify options from keywords (provider, fallback, speed_batch, artifacts, public_key, require_signature)."""
     refuse_unknown(keywords, VERIFY_KEYWORDS, "verify option")
     return build(VerifyOptions, keywords, VERIFY_KEYWORDS)
+
+
+def verified(folder: str | Path, *, write: bool = True, **keywords: Any) -> VerifyReport | BatchVerification:
+    """`verify`, typed: the folder's (or the batch root's) verification, whose `to_json()` is verify.json."""
+    from mpconvert.commands.verify import verify_path
+
+    return verify_path(folder, verify_options(**keywords), write=write)
 
 
 def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
@@ -328,8 +369,8 @@ def verify(folder: str | Path, *, write: bool = True, **keywords: Any) -> dict:
     library versions that differ from the conversion's. `write` puts
     verify.json beside report.json. Its "exit_code" is the command's: 0
     passed, 3 a check failed. Keywords: provider ("auto", "cpu", "cuda",
-    "tensorrt"), fallback, speed_batch.
+    "tensorrt"), fallback, speed_batch, artifacts, public_key (check the
+    folder's signature with it first: a missing, broken or other key's one
+    fails) and require_signature.
     """
-    from .verification import verify_path
-
-    return verify_path(folder, verify_options(**keywords), write=write).to_json()
+    return verified(folder, write=write, **keywords).to_json()

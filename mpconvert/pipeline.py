@@ -9,15 +9,21 @@ In memory (`convert`):
 then into a staged output folder (`save`; `convert_and_save`, which owns the conversion, first lets go of
 the float32 original unless --bench-onnx exports it, so that the artifacts re-load into its memory):
 
-    export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> rename into place
-         -> mlflow (with --mlflow: the folder as one run; its tracking server is checked before any work)
+    export (+ every artifact re-loaded and re-run) -> bench-onnx -> report -> sign -> rename into place
+         (or upload) -> mlflow (with --mlflow: the folder as one run; its tracking server is checked before any work)
+
+The signature (with --sign-key; its key is loaded and checked before any
+work) covers every file of the folder, so it is the last thing written
+before the folder appears: nothing can change after it, and an upload
+carries it with the bytes it signs.
 
 Each stage is a method of the loaded model's kind (kinds/: a Keras model,
 a plain SavedModel's frozen graph) or a function with explicit inputs that
 returns a result object; this module only wires them together and times
-them. A stage the kind cannot do (`kinds.Capability`) is skipped, and the
-report's `skipped` says which and why. The CLI, the Python API and batch
-workers all run these functions.
+them. A stage not every kind can do (`kinds.Capability`) is asked of the
+kind first (`finetuner()`, `padder()`, ...): where it answers `Unavailable`,
+the stage is skipped and the report's `skipped` says which and why. The
+CLI, the Python API and batch workers all run these functions.
 """
 
 from __future__ import annotations
@@ -31,36 +37,49 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from . import interrupts
-from .artifacts import Artifact, write_checked
-from .context import Context
-from .data import DataSource, EvalData, evaluation_data
-from .errors import MpconvertError
-from .golden import GOLDEN_NAME, GOLDEN_ROWS, GoldenRows, write_golden
-from .hooks import NO_HOOKS, Hooks
-from .keywords import keywords_of
-from .kinds import Capability, ModelKind, Plan, open_model
-from .numerics.autokeep import AutoKeep, passes
-from .numerics.lint import Lint
-from .numerics.search import Goal
-from .objectstore import staged_upload
-from .options import PARITY_SAMPLES, AutoKeepMode, ConvertOptions, ExportOptions, Metric, RewriteOptions, SaveOptions
-from .outdir import claimed_output, staged_output
-from .pad import PadPlan
-from .render.html import REPORT_HTML, write_report_page
-from .report import REPORT_NAME, Report, json_safe
-from .runners.onnx import OnnxRunner
-from .sections import DataRecord, Golden, InputFile, Provenance, Skipped, SpeedNotes, SpeedReport, Timings
-from .sections.provenance import recorded_options
-from .speed import (
+from mpconvert.commands.signature import Signer, load_signer, sign_folder
+from mpconvert.data.context import Context
+from mpconvert.data.rows import DataSource, EvalData, evaluation_data
+from mpconvert.export.formats import FORMATS, export_all
+from mpconvert.export.tracking import SKIPPED_STAGE, Tracker
+from mpconvert.export.tracking import start as start_tracking
+from mpconvert.kinds import Capability, ModelKind, PaddingPlan, Plan, Unavailable, available, open_model
+from mpconvert.numerics.search import Goal, passes
+from mpconvert.options.artifact_kinds import ArtifactKind
+from mpconvert.options.convert import ConvertOptions
+from mpconvert.options.export import ExportOptions, SaveOptions
+from mpconvert.options.keywords import keywords_of
+from mpconvert.options.rewrite import AutoKeepMode, RewriteOptions
+from mpconvert.options.validate import PARITY_SAMPLES, Metric
+from mpconvert.render.html import REPORT_HTML, write_report_page
+from mpconvert.report.golden import GOLDEN_NAME, GOLDEN_ROWS, GoldenRows, write_golden
+from mpconvert.report.measure import judge, judging
+from mpconvert.report.read import report_file
+from mpconvert.report.report import REPORT_NAME, Report, json_safe
+from mpconvert.report.sections import (
+    Artifact,
+    AutoKeep,
+    DataRecord,
+    Golden,
+    InputFile,
+    Lint,
+    Provenance,
+    Skipped,
+    SpeedNotes,
+    SpeedReport,
+    Timings,
+)
+from mpconvert.report.sections.provenance import recorded_options
+from mpconvert.speed import (
     SPEED_BATCH,
     PathSpeed,
     Speed,
     kernel_probe,
+    measure_artifact_speed,
     measure_onnx_speed,
     measure_speed,
     padding_cost,
@@ -68,16 +87,18 @@ from .speed import (
     target_note,
     warning_for,
 )
-from .speed.slow_kernel import early, guard, kernel_probe_wanted
-from .stored import report_file
-from .tracking import SKIPPED_STAGE, Tracker
-from .tracking import start as start_tracking
-from .urls import is_url, without_credentials
-from .usercode import module_file, user_folder
-from .validate import judge, judging
-from .writing import reported_at, write_text, writing
+from mpconvert.speed.slow_kernel import early, guard, kernel_probe_wanted
+from mpconvert.system import interrupts
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.hooks import NO_HOOKS, Hooks
+from mpconvert.system.objectstore import staged_upload
+from mpconvert.system.outdir import claimed_output, staged_output
+from mpconvert.system.urls import is_url, without_credentials
+from mpconvert.system.usercode import module_file, user_folder
+from mpconvert.system.writing import reported_at, write_text, writing
 
 log = logging.getLogger("mpconvert")
+M = TypeVar("M")  # the model type of the kind at hand
 
 __all__ = ["Converted", "Hooks", "Inspected", "convert", "convert_and_save", "inspect", "save"]
 
@@ -104,9 +125,9 @@ class _Clock:
 class Converted:
     """An in-memory conversion: the model to export and its report so far (no artifacts)."""
 
-    model: Any  # padded when the padding proof passed, else the rewritten model
+    model: Any  # the kind's model: padded when the padding proof passed, else the rewritten model
     plan: Plan
-    source: ModelKind  # the loaded float32 model and its kind
+    source: ModelKind[Any, Any]  # the loaded float32 model and its kind
     context: Context
     report: Report
     inputs: tuple[Path, ...]  # files the run read, which no output may overwrite
@@ -150,14 +171,14 @@ def provenance(options: ConvertOptions, data: EvalData) -> Provenance:
         data=DataRecord(str(data.source), data_file, data.validation.rows, train),
         options=recorded_options(given, keywords_of(options)),
         command=None,
-        machine=probe_hardware().as_dict(),
+        machine=probe_hardware(),
         folder=str(user_folder()),
         baseline=InputFile.of(report_file(baseline)) if baseline else None,
         modules={name: InputFile.of(file) for name, file in files.items() if file is not None},
     )
 
 
-def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -> tuple[Skipped, ...]:
+def skipped_stages(source: ModelKind[Any, Any], options: ConvertOptions, data: EvalData) -> tuple[Skipped, ...]:
     """The stages these options would run that the model's kind cannot do, and why.
 
     A fine-tune asked for in so many steps is refused instead: the user
@@ -169,13 +190,15 @@ def skipped_stages(source: ModelKind, options: ConvertOptions, data: EvalData) -
         Capability.PAD: bool(options.pad.multiple),
         Capability.ACTIVATION_MEMORY: options.speed,
     }
-    return tuple(Skipped(str(c), source.lacks[c]) for c, on in wanted.items() if on and not source.can(c))
+    lacking = source.lacking()
+    return tuple(Skipped(str(c), lacking[c]) for c, on in wanted.items() if on and c in lacking)
 
 
-def _refuse_unable(source: ModelKind, options: ConvertOptions) -> None:
-    if options.finetune.steps and not source.can(Capability.FINETUNE):
+def _refuse_unable(source: ModelKind[Any, Any], options: ConvertOptions) -> None:
+    finetuner = source.finetuner()
+    if options.finetune.steps and isinstance(finetuner, Unavailable):
         raise MpconvertError(
-            f"{options.load.path}: {source.lacks[Capability.FINETUNE]}",
+            f"{options.load.path}: {finetuner.reason}",
             hint="pass --finetune-steps 0 (the default when the data has no training split)",
         )
 
@@ -184,9 +207,9 @@ def _refuse_unable(source: ModelKind, options: ConvertOptions) -> None:
 class Inspected:
     """What `inspect` found: the loaded model, the per-unit plan, the padding plan and the lint."""
 
-    source: ModelKind
+    source: ModelKind[Any, Any]
     plan: Plan
-    padding: PadPlan | None
+    padding: PaddingPlan | None
     lint: Lint | None = None  # the numeric lint's findings (None with --auto-keep off)
 
 
@@ -199,9 +222,10 @@ def inspect(options: ConvertOptions) -> Inspected:
     layer changes what can be padded.
     """
     source = open_model(options.load)
-    if not source.can(Capability.INSPECT):
+    inspector = source.inspector()
+    if isinstance(inspector, Unavailable):
         raise MpconvertError(
-            f"{options.load.path} {source.lacks[Capability.INSPECT]}",
+            f"{options.load.path} {inspector.reason}",
             hint="convert it with the main command, or re-save the model from the code that built it with "
             "model.save('model.keras')",
         )
@@ -212,10 +236,11 @@ def inspect(options: ConvertOptions) -> Inspected:
             metrics = (Metric.ACCURACY,) * len(source.tasks)
             context = Context(source.signature, source.tasks, metrics, data, options.precision)
             found, rewrite_options = source.lint(context, rewrite_options)
-        if not options.pad.multiple or not source.can(Capability.PAD):
-            return Inspected(source, source.plan(rewrite_options), None, found)
+        padder = available(source.padder()) if options.pad.multiple else None
+        if padder is None:
+            return Inspected(source, inspector.plan(rewrite_options), None, found)
         rewritten = source.rewrite(rewrite_options, proof_rows(data))
-        padding = source.padding_plan(rewritten.model, options.pad)
+        padding = padder.plan(rewritten.model, options.pad)
     return Inspected(source, rewritten.plan, padding, found)
 
 
@@ -245,7 +270,7 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
     context = Context(source.signature, source.tasks, metrics, data, precision)
     inputs = list(data.validation.inputs)
     finetune_options = options.finetune.resolved(has_train=data.train is not None)
-    tune = bool(finetune_options.steps) and source.can(Capability.FINETUNE)
+    finetuner = available(source.finetuner()) if finetune_options.steps else None
     reference: list[np.ndarray] = []  # the float32 model's validation outputs, run once
     slow: list = []  # the slow-kernel guard's finding, after the first rewrite
     if pending:
@@ -263,9 +288,11 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
                 original, converted = source.runner(source.original), source.runner(candidate.model)
                 slow.append(guard(precision.name, original, converted, inputs, options.speed_batch, hooks.may_restart))
         tuning = None
-        if tune:
+        if finetuner is not None:
             with clock.stage("finetune"):
-                tuning = source.finetune(context, candidate.model, finetune_options, options.seed, hooks.finetune_step)
+                tuning = finetuner.finetune(
+                    context, candidate.model, finetune_options, options.seed, hooks.finetune_step
+                )
         with clock.stage("validate"):
             if not reference:
                 reference.extend(source.runner(source.original).run(inputs).outputs)
@@ -287,23 +314,21 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
             if searched.validation is not None:
                 candidate, tuning, validation = convert_with(rewrite_options)
         model, padding = candidate.model, None
-        if options.pad.multiple and source.can(Capability.PAD):
+        padder = available(source.padder()) if options.pad.multiple else None
+        if padder is not None:
             with clock.stage("pad"):
                 rows = [x[: options.pad.proof_samples] for x in inputs]
-                padding = source.pad(candidate.model, options.pad, rows, precision)
+                padding = padder.pad(candidate.model, options.pad, rows, precision)
                 model = padding.model
         speed = padded_cost = None
         if options.speed:
+            meter = available(source.activation_memory_meter())
             with clock.stage("speed"):
                 speed = measure_speed(
                     {path: (source.runner(source.original, path), source.runner(model, path)) for path in source.paths},
                     inputs,
                     batch=options.speed_batch,
-                    memory=(
-                        (lambda rows: source.activation_memory(model, options.speed_batch, rows))
-                        if source.can(Capability.ACTIVATION_MEMORY)
-                        else None
-                    ),
+                    memory=(lambda rows: meter.measure(model, options.speed_batch, rows)) if meter else None,
                 )
                 if model is not candidate.model:  # padded: what its pad/slice ops cost here
                     serving = source.paths[-1]
@@ -336,16 +361,17 @@ def convert(options: ConvertOptions, hooks: Hooks = NO_HOOKS) -> Converted:
 
 
 def export(
-    source: ModelKind, model: Any, inputs: list[np.ndarray], out: Path, options: ExportOptions
+    source: ModelKind[M, Any], model: M, inputs: list[np.ndarray], out: Path, options: ExportOptions
 ) -> list[Artifact]:
     """Every requested artifact of `model` under `out`, each re-run on the first validation rows."""
     rows = [x[: options.parity_samples] for x in inputs]
     expected = source.runner(model).run(rows).outputs
-    writers = source.writers(model, rows, expected, out, options)
-    return write_checked(writers, expected, source.output_bytes(model, options.kinds))
+    return export_all(
+        source.writes(model, rows), rows, expected, out, options, source.output_bytes(model, options.kinds)
+    )
 
 
-def golden_rows(source: ModelKind, model: Any, inputs: list[np.ndarray]) -> GoldenRows:
+def golden_rows(source: ModelKind[M, Any], model: M, inputs: list[np.ndarray]) -> GoldenRows:
     """The first validation rows with the float32 and the converted model's outputs (golden.npz's content)."""
     rows = [x[:GOLDEN_ROWS] for x in inputs]
     return GoldenRows(rows, source.runner(source.original).run(rows).outputs, source.runner(model).run(rows).outputs)
@@ -357,16 +383,42 @@ def save_golden(source: ModelKind, found: GoldenRows, out: Path) -> Golden:
     return Golden.of(out, GOLDEN_NAME, found.rows)
 
 
-def bench_onnx(source: ModelKind, converted: Path, inputs: list[np.ndarray], batch: int, opset: int) -> PathSpeed:
-    """The written ONNX file against a float32 ONNX export of the original (one more export, removed after)."""
+def bench_onnx(
+    source: ModelKind[Any, Any], converted: Path, inputs: list[np.ndarray], batch: int, opset: int
+) -> PathSpeed:
+    """The written ONNX file against a float32 ONNX export of the original (one more export, removed after).
+
+    Both are opened as the float32 export records them: the two files of one signature take the same names.
+    """
+    onnx = FORMATS[ArtifactKind.ONNX]
     with tempfile.TemporaryDirectory(prefix="mpconvert-bench-onnx-") as tmp:
         baseline = source.onnx(source.original, Path(tmp) / "float32.onnx", opset)
+        recorded = onnx.recorded(baseline)
         return measure_onnx_speed(
-            OnnxRunner(baseline.export.path, baseline.inputs),
-            OnnxRunner(converted, baseline.inputs),
+            onnx.open(baseline.export.path, recorded, source.signature),
+            onnx.open(converted, recorded, source.signature),
+            converted.name,
             inputs,
             batch=batch,
         )
+
+
+def speed_openvino(
+    source: ModelKind[Any, Any], folder: Path, artifact: Artifact, inputs: list[np.ndarray], batch: int
+) -> PathSpeed:
+    """The written OpenVINO IR, compiled as its check was, against the float32 original's serving path here."""
+    openvino = FORMATS[ArtifactKind.OPENVINO]
+    assert artifact.path is not None
+    runner = openvino.open(folder / artifact.path, artifact.details, source.signature)
+    float32 = source.runner(source.original, source.paths[-1])
+    return measure_artifact_speed(float32, runner, artifact.path, inputs, batch=batch)
+
+
+def keeps_original(options: ConvertOptions, save_options: SaveOptions) -> bool:
+    """Whether the float32 original runs after the conversion: --bench-onnx exports it, and the speed stage
+    times the OpenVINO IR against it."""
+    kinds = save_options.export.kinds
+    return save_options.export.bench_onnx or (options.speed and ArtifactKind.OPENVINO in kinds)
 
 
 @contextlib.contextmanager
@@ -391,15 +443,27 @@ def written_at(options: SaveOptions, out: Path) -> Path | str:
     return without_credentials(str(options.out)) if is_url(options.out) else out
 
 
+def _signer(options: SaveOptions, hooks: Hooks) -> Signer | None:
+    """--sign-key's key, loaded and checked (readable, decrypted, a curve model signing takes) before any work."""
+    signer = load_signer(options.signing)
+    for warning in signer.warnings if signer else ():
+        log.warning(warning)
+        hooks.warning(warning)
+    return signer
+
+
 def save(converted: Converted, options: SaveOptions, hooks: Hooks = NO_HOOKS) -> tuple[Report, Path | str]:
     """Write and re-check the artifacts; the output folder (or prefix) appears whole or not at all."""
+    signer = _signer(options, hooks)
     tracker = start_tracking(options.tracking, options.export.kinds, hooks)
     with _claimed(options, list(converted.inputs)) as out:
-        report = _write_tracked(converted, out, options, hooks, tracker)
+        report = _write_tracked(converted, out, options, hooks, tracker, signer)
     return report, written_at(options, out)
 
 
-def _write_tracked(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, tracker: Tracker) -> Report:
+def _write_tracked(
+    converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, tracker: Tracker, signer: Signer | None
+) -> Report:
     """Write the output, then record it as an MLflow run when asked.
 
     Logged from `out` while the claim still holds it: for a local output the
@@ -409,22 +473,22 @@ def _write_tracked(converted: Converted, out: Path, options: SaveOptions, hooks:
     if tracker.skipped is not None:  # --mlflow-optional and a server that failed its check: the report says so
         skipped = (*converted.report.skipped, Skipped(SKIPPED_STAGE, tracker.skipped))
         converted = dataclasses.replace(converted, report=dataclasses.replace(converted.report, skipped=skipped))
-    report = _write(converted, out, options, hooks)
+    report = _write(converted, out, options, hooks, signer)
     if tracker.active:
         hooks.stage("mlflow")
-        tracker.log(report.to_json(), out)
+        tracker.log(report, out)
     return report
 
 
-def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
+def _write(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, signer: Signer | None) -> Report:
     # The net under the writers that name what they write: any other OS
     # error (the staging folder, the final rename) is about the output too.
     needed = converted.source.output_bytes(converted.model, options.export.kinds)
     with writing(out, "the output folder", needed):
-        return _write_staged(converted, out, options, hooks)
+        return _write_staged(converted, out, options, hooks, signer)
 
 
-def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks) -> Report:
+def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: Hooks, signer: Signer | None) -> Report:
     clock = _Clock(hooks, converted.report.timings.seconds())
     source, context = converted.source, converted.context
     inputs = list(context.data.validation.inputs)
@@ -433,13 +497,20 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
             artifacts = export(source, converted.model, inputs, staging, options.export)
             golden = save_golden(source, converted.golden, staging)
         speed = converted.report.speed
-        if options.export.bench_onnx and (staging / "model.onnx").is_file():
+        onnx_file = staging / FORMATS[ArtifactKind.ONNX].filename
+        if options.export.bench_onnx and onnx_file.is_file():
             batch = speed.measured.batch if speed else converted.speed_batch
             with clock.stage("bench-onnx"):
-                timing = bench_onnx(source, staging / "model.onnx", inputs, batch, options.export.opset)
+                timing = bench_onnx(source, onnx_file, inputs, batch, options.export.opset)
             # Without the speed stage, the ONNX file's timing is the section's only path (and it has no notes).
             speed = speed or SpeedReport(Speed(probe_hardware().device, batch, context.data.validation.rows))
             speed = speed.with_path("onnx", timing)
+        written = next((a for a in artifacts if a.kind == ArtifactKind.OPENVINO and not a.failed), None)
+        if speed is not None and written is not None and source.original is not None:
+            with clock.stage("speed openvino"):
+                speed = speed.with_path(
+                    "openvino", speed_openvino(source, staging, written, inputs, speed.measured.batch)
+                )
         record = converted.report.provenance
         if record is not None:  # the export's options and the command were chosen for the save
             options_then = {**record.options, **recorded_options(keywords_of(options.export))}
@@ -455,14 +526,16 @@ def _write_staged(converted: Converted, out: Path, options: SaveOptions, hooks: 
         write_report(report, staging)
         for name, value in options.attachments:
             write_text(staging / name, json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n", name)
+        if signer is not None:  # last: it covers every file above
+            with clock.stage("sign"):
+                sign_folder(staging, signer)
     return report
 
 
 def write_report(report: Report, folder: Path) -> Path:
-    """report.json and, beside it, report.html (the same JSON form, rendered)."""
-    stored = report.to_json()
-    path = report.write_json(folder / REPORT_NAME, stored)
-    write_report_page(stored, folder / REPORT_HTML)
+    """report.json and, beside it, report.html (the same report, rendered)."""
+    path = report.write_json(folder / REPORT_NAME)
+    write_report_page(report, folder / REPORT_HTML)
     return path
 
 
@@ -475,10 +548,11 @@ def convert_and_save(
     before minutes of loading and fine-tuning, and so does an MLflow
     tracking server that cannot be reached or refuses access.
     """
+    signer = _signer(save_options, hooks)  # a key that cannot sign, too
     tracker = start_tracking(save_options.tracking, save_options.export.kinds, hooks)  # a server that is down, too
     with _claimed(save_options, list(read_files(options))) as out:
         converted = convert(options, hooks)
-        if not save_options.export.bench_onnx:  # its float32 baseline is the one export of the original
+        if not keeps_original(options, save_options):
             converted.source.release()
-        report = _write_tracked(converted, out, save_options, hooks, tracker)
+        report = _write_tracked(converted, out, save_options, hooks, tracker, signer)
     return report, written_at(save_options, out)

@@ -61,7 +61,7 @@ def schema_problems(path: Path) -> list[str]:
     """What breaks the shipped schema in a report.json or batch.json an mpconvert run wrote."""
     import json
 
-    from mpconvert.schema import KNOWN_VERSIONS, problems
+    from mpconvert.report.schema import KNOWN_VERSIONS, problems
 
     try:
         document = json.loads(path.read_text())
@@ -97,6 +97,27 @@ def pytest_sessionfinish(session, exitstatus):
     if broken:
         print("\nreports that break the shipped schema:\n" + "\n".join(broken[:20]))
         session.exitstatus = 1
+
+
+@pytest.fixture
+def broken_kernel(tmp_path, monkeypatch):
+    """A 16-bit kernel broken while oneDNN's rewrites are on (tests/broken_kernels.py), on any machine.
+
+    The one seam for it: the kernel probe's cache and a custom layer that
+    hangs, both read where the product reads them, in whichever process
+    (the probe and the doctor's timing child are children of the command).
+    `env` carries them to the commands a test runs; this process gets them too.
+    """
+    from broken_kernels import BrokenKernel
+
+    from mpconvert.speed.kernel_probe import CACHE_ENV
+
+    cache = tmp_path / "kernel-probe-cache"
+    here = str(Path(__file__).parent)  # where `--import broken_kernels` finds the layer, in any child
+    env = {CACHE_ENV: str(cache), "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return BrokenKernel(cache, env)
 
 
 def refused(result, out, *needles: str) -> str:

@@ -235,8 +235,8 @@ def typed_edges():
     """
     import tensorflow as tf
 
-    from mpconvert.frozen.freeze import FrozenGraph
-    from mpconvert.signature import TensorSpec
+    from mpconvert.data.signature import TensorSpec
+    from mpconvert.graph.freeze import FrozenGraph
 
     rng = np.random.default_rng(7)
     table = rng.normal(size=(10, 4)).astype(np.float32)
@@ -275,8 +275,8 @@ def two_splits():
     """
     import tensorflow as tf
 
-    from mpconvert.frozen.freeze import FrozenGraph
-    from mpconvert.signature import TensorSpec
+    from mpconvert.data.signature import TensorSpec
+    from mpconvert.graph.freeze import FrozenGraph
 
     ones = np.ones((2, 2), np.float32)
 

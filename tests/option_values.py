@@ -2,7 +2,7 @@
 
 Tests that must hold for every field (the keywords rebuild an options
 object, the batch key notices a change) take their fields from
-`option_fields`, so a field added to options.py is covered from the start,
+`option_fields`, so a field added to an options class is covered from the start,
 or the test fails naming the field that has no value here.
 """
 
@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mpconvert.options import ConvertOptions, ExportOptions
+from mpconvert.options.convert import ConvertOptions
+from mpconvert.options.export import ExportOptions
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Hand-written layer graphs for the padding planner's tests, in both frameworks' config formats."""
 
-from mpconvert.pad import LayerGraph
+from mpconvert.keras.pad import LayerGraph
 
 
 class Net:

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from mpconvert.report import Report
-from mpconvert.thresholds import Thresholds
+from mpconvert.options.gate import Thresholds
+from mpconvert.report.report import Report
 
 
 def make_report(**changes) -> dict:

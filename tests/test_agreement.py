@@ -84,7 +84,7 @@ def test_fine_tuning_that_fixes_predictions_passes_the_agreement_check(under_tra
         del report["validation"][key]
     # Its verdict as that version stored it, by agreement (a stored gate that judged harm counts the
     # report does not hold contradicts it, and `mpconvert check` fails it as such).
-    from mpconvert.report import Report
+    from mpconvert.report.report import Report
 
     judged = Report.from_json(report).to_json()
     report.update(passed=judged["passed"], gate=judged["gate"])

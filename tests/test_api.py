@@ -125,7 +125,7 @@ def test_python_m_mpconvert_is_the_command(tmp_path):
         assert option in proc.stdout
     commands = proc.stdout.split("Other commands (", 1)[1].splitlines()[1:]
     listed = [line.split()[0] for line in commands if line.startswith("  ") and not line.startswith("   ")]
-    assert sorted(listed) == ["batch", "batch-merge", "check", "doctor", "inspect", "replay", "verify"]
+    assert sorted(listed) == ["batch", "batch-merge", "check", "doctor", "inspect", "replay", "sign", "verify"]
 
 
 def trained_mlp(K, rows=300, seed=0):
@@ -184,7 +184,8 @@ def test_every_data_form_gives_the_same_validation():
     }
     results = {}
     for name, data in forms.items():
-        conv = mpconvert.convert(model, "mixed_bfloat16", data=data, finetune_steps=0, pad_multiple=0)
+        # speed=False: only the validation is compared, and four timings would add seconds each.
+        conv = mpconvert.convert(model, "mixed_bfloat16", data=data, finetune_steps=0, pad_multiple=0, speed=False)
         results[name] = conv.report["validation"]
     # The training parts here are copies of validation rows, and the leakage check counts them.
     overlaps = {name: v.pop("overlap") for name, v in results.items()}
@@ -261,7 +262,7 @@ def test_unknown_policy_and_model_object_are_refused():
 
 def test_save_refuses_an_occupied_folder_and_force_replaces_it(tmp_path):
     model, x, y = trained_mlp(keras)
-    conv = mpconvert.convert(model, "mixed_bfloat16", data=(x, y), pad_multiple=0)
+    conv = mpconvert.convert(model, "mixed_bfloat16", data=(x, y), pad_multiple=0, speed=False)  # save() is the subject
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("keep me")
@@ -289,6 +290,7 @@ def test_summary_names_the_format_and_framework(tmp_path):
             "savedmodel",
             "--finetune-steps",
             "0",
+            "--no-speed",  # only the summary's first line is read
         ],
     )
     assert result.exit_code == 0, result.output
@@ -317,6 +319,7 @@ def test_opset_option_reaches_the_onnx_file(tmp_path):
             "0",
             "--opset",
             "13",
+            "--no-speed",  # only the file's opset is read
         ],
     )
     assert result.exit_code == 0, result.output

@@ -17,7 +17,7 @@ import pytest
 from conftest import SAMPLES, invoke
 from onnx import TensorProto, helper, numpy_helper
 
-from mpconvert.artifacts import LARGE_BATCH
+from mpconvert.export.artifacts import LARGE_BATCH
 from mpconvert.onnx.repairs import explicit_reshape_sizes
 
 

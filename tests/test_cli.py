@@ -47,7 +47,9 @@ def converted(tmp_path_factory):
         before = tree_hash(model)
         for policy in ("mixed_float16", "mixed_bfloat16"):
             out = base / f"{name}_{policy}"
-            result = invoke(model, "--policy", policy, "--data", data, "--out", out)
+            # --no-speed: no test here reads the speed section (tests/test_speed.py and test_api's
+            # CLI-against-API runs time converted models); the rest runs as a user's default run.
+            result = invoke(model, "--policy", policy, "--data", data, "--out", out, "--no-speed")
             report = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else None
             results[name, policy] = (result, out, report)
         assert tree_hash(model) == before, f"{model} was modified"
@@ -169,7 +171,9 @@ def test_report_layers_match_the_converted_model(converted, name):
 def test_default_output_folder_is_a_sibling_named_after_model_and_policy(tmp_path):
     model = tmp_path / "cancer_mlp.keras"
     shutil.copy(CASES["cancer_mlp"][0], model)
-    result = invoke(model, "--policy", "mixed_bfloat16", "--data", CANCER, "--export", "savedmodel")
+    # Only where the output goes is read: no fine-tuning or timing.
+    cheap = ("--finetune-steps", "0", "--no-speed")
+    result = invoke(model, "--policy", "mixed_bfloat16", "--data", CANCER, "--export", "savedmodel", *cheap)
     assert result.exit_code == 0, result.output
     out = tmp_path / "cancer_mlp_mixed_bfloat16"
     assert (out / "report.json").is_file() and (out / "savedmodel" / "saved_model.pb").is_file()
@@ -178,7 +182,8 @@ def test_default_output_folder_is_a_sibling_named_after_model_and_policy(tmp_pat
 
 def test_without_data_the_summary_says_accuracy_was_not_measured(tmp_path):
     out = tmp_path / "out"
-    result = invoke(CASES["digits_cnn"][0], "--policy", "mixed_float16", "--out", out, "--export", "savedmodel")
+    args = ("--policy", "mixed_float16", "--out", out, "--export", "savedmodel", "--no-speed")
+    result = invoke(CASES["digits_cnn"][0], *args)
     assert result.exit_code == 0
     assert "accuracy not measured" in result.output
     v = json.loads((out / "report.json").read_text())["validation"]
@@ -203,8 +208,9 @@ def test_float16_overflow_fails_the_gate_with_exit_3_and_still_writes_artifacts(
     out = tmp_path / "out"
     # --auto-keep off: the behaviour before the lint, which keeps this model's layers float32.
     result = invoke(
-        model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel", "--auto-keep", "off"
-    )
+        model, "--policy", "mixed_float16", "--data", data, "--out", out, "--export", "savedmodel", "--auto-keep", "off",
+        "--no-speed",
+    )  # fmt: skip
     assert result.exit_code == 3, result.output
     assert "FAILED" in result.output
     report = json.loads((out / "report.json").read_text())
@@ -218,7 +224,9 @@ def test_float16_overflow_fails_the_gate_with_exit_3_and_still_writes_artifacts(
 def test_bfloat16_keeps_float32_range_on_the_same_model(overflow_model, tmp_path):
     model, data = overflow_model
     out = tmp_path / "o"
-    result = invoke(model, "--policy", "mixed_bfloat16", "--data", data, "--out", out, "--export", "savedmodel")
+    result = invoke(
+        model, "--policy", "mixed_bfloat16", "--data", data, "--out", out, "--export", "savedmodel", "--no-speed"
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     v = report["validation"]
@@ -245,7 +253,7 @@ def test_h5_written_by_tf_keras_2_is_converted_in_tf_keras(tmp_path):
     with pytest.raises(Exception, match="time_major"):
         keras.models.load_model(path)
     out = tmp_path / "out"
-    result = invoke(path, "--policy", "mixed_float16", "--out", out, "--export", "savedmodel")
+    result = invoke(path, "--policy", "mixed_float16", "--out", out, "--export", "savedmodel", "--no-speed")
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert (report["source"]["format"], report["source"]["loader"]) == ("h5", "tf_keras")
@@ -258,7 +266,7 @@ def test_h5_written_by_keras_3_is_converted_in_keras_3(tmp_path):
     path = tmp_path / "mlp.h5"
     tiny_models.mlp(keras).save(path)
     out = tmp_path / "out"
-    result = invoke(path, "--policy", "mixed_bfloat16", "--out", out, "--export", "savedmodel")
+    result = invoke(path, "--policy", "mixed_bfloat16", "--out", out, "--export", "savedmodel", "--no-speed")
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert (report["source"]["format"], report["source"]["loader"]) == ("h5", "keras")

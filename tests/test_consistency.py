@@ -18,7 +18,7 @@ import pytest
 from conftest import SAMPLES, invoke
 
 import mpconvert
-from mpconvert.report import Report
+from mpconvert.report.report import Report
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 CANCER_DATA = SAMPLES / "data" / "breast_cancer.npz"

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from conftest import console_script
 
-from mpconvert import data
-from mpconvert import npz as npz_reader
-from mpconvert.data import Task, load_npz
-from mpconvert.errors import MpconvertError
-from mpconvert.signature import Signature, TensorSpec
+from mpconvert.data import npz as npz_reader
+from mpconvert.data import rows as data
+from mpconvert.data.rows import Task, load_npz
+from mpconvert.data.signature import Signature, TensorSpec
+from mpconvert.system.errors import MpconvertError
 
 REPO = Path(__file__).resolve().parent.parent
 DIGITS_CNN = REPO / "sample_models" / "digits_cnn.keras"  # input "pixels" (n, 64), softmax over 10 classes
@@ -70,9 +70,9 @@ def refused(path: Path, *needles: str, signature: Signature = SIGNATURE) -> Mpco
 MEASURE = """
 import json, sys, tracemalloc
 from pathlib import Path
-from mpconvert.data import Task, load_npz
-from mpconvert.errors import MpconvertError
-from mpconvert.signature import Signature, TensorSpec
+from mpconvert.data.rows import Task, load_npz
+from mpconvert.system.errors import MpconvertError
+from mpconvert.data.signature import Signature, TensorSpec
 
 path = Path(sys.argv[1])
 output = TensorSpec("dense", (None, 10), "float32")

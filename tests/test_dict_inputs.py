@@ -20,10 +20,12 @@ import tf_keras
 from conftest import console_script, invoke
 
 import mpconvert
-from mpconvert.data import Task, load_npz
-from mpconvert.signature import Signature, TensorSpec, signature_of
+from mpconvert.data.rows import Task, load_npz
+from mpconvert.data.signature import Signature, TensorSpec, signature_of
 
 CONVERT = ["--policy", "mixed_float16", "--export", "savedmodel,onnx"]
+# Where no test reads the timings: the speed stage of a dict model runs in the every-stage test.
+QUICK = [*CONVERT, "--no-speed"]
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +96,7 @@ def test_a_keras3_dict_model_goes_through_every_stage_and_artifact(zoo, tmp_path
 
 def test_dict_outputs_with_data_keyed_by_input_name(zoo, tmp_path):
     out = tmp_path / "out"
-    result = invoke(zoo / "outputs.keras", *CONVERT, "--data", zoo / "two_by_name.npz", "--out", out)
+    result = invoke(zoo / "outputs.keras", *QUICK, "--data", zoo / "two_by_name.npz", "--out", out)
     assert result.exit_code == 0, result.output
     report = report_of(out)
     by_output = {o["name"]: o for o in report["validation"]["outputs"]}
@@ -111,12 +113,12 @@ def test_dict_outputs_with_data_keyed_by_input_name(zoo, tmp_path):
 
 def test_tf_keras_h5_and_a_plain_serving_savedmodel_of_a_dict_model(zoo, tmp_path):
     dm.tokens_and_num(tf_keras, names="other").save(tmp_path / "tfk.h5")
-    result = invoke(tmp_path / "tfk.h5", *CONVERT, "--data", zoo / "by_key.npz", "--out", tmp_path / "h5")
+    result = invoke(tmp_path / "tfk.h5", *QUICK, "--data", zoo / "by_key.npz", "--out", tmp_path / "h5")
     assert result.exit_code == 0, result.output
     assert report_of(tmp_path / "h5")["padding"]["exported"] == "padded"
     # model.export() keeps the Input layers' names (not the dict keys) in its serving signature.
     keras.models.load_model(zoo / "other.keras").export(tmp_path / "served", verbose=False)
-    result = invoke(tmp_path / "served", *CONVERT, "--data", zoo / "by_name.npz", "--out", tmp_path / "graph")
+    result = invoke(tmp_path / "served", *QUICK, "--data", zoo / "by_name.npz", "--out", tmp_path / "graph")
     assert result.exit_code == 0, result.output
     report = report_of(tmp_path / "graph")
     assert report["source"]["format"] == "graph" and abs(report["validation"]["drop"]) <= 0.02
@@ -147,6 +149,8 @@ def test_an_input_given_by_key_and_by_name_is_a_user_error(zoo, tmp_path):
 def test_a_batch_worker_converts_a_dict_model(zoo, tmp_path):
     manifest = tmp_path / "dicts.toml"
     manifest.write_text(
+        # The worker's dict feeding is the subject; the every-stage test covers the speed stage and the ONNX file.
+        '[defaults]\nspeed = false\nexport = ["savedmodel"]\n'
         f'[[model]]\npath = "{zoo / "other.keras"}"\ndata = "{zoo / "by_key.npz"}"\npolicy = "mixed_bfloat16"\n'
     )
     proc = subprocess.run(
@@ -171,7 +175,7 @@ def test_a_keras2_savedmodel_with_dict_outputs_keyed_unlike_their_layers(zoo, tm
         renamed = {k.replace("y_label", "y_l").replace("y_score", "y_s"): arrays[k] for k in arrays.files}
     np.savez(tmp_path / "by_keys.npz", **renamed)
     out = tmp_path / "out"
-    result = invoke(tmp_path / "k2", *CONVERT, "--data", tmp_path / "by_keys.npz", "--out", out)
+    result = invoke(tmp_path / "k2", *QUICK, "--data", tmp_path / "by_keys.npz", "--out", out)
     assert result.exit_code == 0, result.output
     report = report_of(out)
     assert report["source"]["format"] == "savedmodel"

@@ -2,7 +2,7 @@
 
 Cheap: no TensorFlow, no model is loaded. What it reads is derived from the
 code where it can be (the strings under mpconvert/, the suffixes and marker
-files load.detect_format tests, the formats it returns), so a new format,
+files detect_format tests, the formats it returns), so a new format,
 a renamed heading or a moved page fails here rather than in a newcomer's
 hands.
 """
@@ -23,9 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, invoke
 
-from mpconvert import load
-from mpconvert.errors import MpconvertError
-from mpconvert.formats import ModelFormat
+from mpconvert.data.formats import ModelFormat, detect_format
+from mpconvert.system.errors import MpconvertError
 
 PACKAGE = REPO / "mpconvert"
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -224,8 +223,8 @@ class Formats:
 
 
 def formats(tmp: Path) -> Formats:
-    """What load.detect_format accepts, found by reading its code and then asking it."""
-    tree = ast.parse(introspect.getsource(load.detect_format).lstrip())
+    """What detect_format accepts, found by reading its code and then asking it."""
+    tree = ast.parse(introspect.getsource(detect_format).lstrip())
     strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     suffixes = sorted(s for s in strings if re.fullmatch(r"\.\w+", s))
     markers = sorted(s for s in strings if re.fullmatch(r"\w+\.pb", s))
@@ -239,7 +238,7 @@ def formats(tmp: Path) -> Formats:
 
     def detected(path: Path) -> ModelFormat | None:
         try:
-            return load.detect_format(path)
+            return detect_format(path)
         except MpconvertError:
             return None
 
@@ -302,13 +301,16 @@ def test_the_main_help_names_every_model_format_detect_format_accepts(accepted):
     assert not missing, f"`mpconvert --help` does not name: {missing}"
 
 
-def test_inspect_and_doctor_say_which_models_they_take(accepted):
-    from mpconvert.kinds import Capability
-    from mpconvert.kinds.frozen import FrozenKind
+def test_inspect_and_doctor_say_which_models_they_take(accepted, tmp_path):
+    import graph_models
+
+    from mpconvert.kinds import Capability, open_model
+    from mpconvert.options.convert import LoadOptions
 
     for command in ("inspect", "doctor"):
         text = help_text(command)
         missing = [s for s in [*accepted.by_suffix, *accepted.distinguishing] if s not in text]
         assert not missing, f"`mpconvert {command} --help` does not name: {missing}"
-    refuses = Capability.INSPECT in FrozenKind.lacks
+    graph = open_model(LoadOptions(graph_models.two_matmuls(tmp_path / "graph")))
+    refuses = Capability.INSPECT in graph.lacking()
     assert ("refused" in help_text("inspect")) == refuses, "inspect's help must say whether it refuses graph models"

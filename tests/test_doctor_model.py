@@ -2,10 +2,11 @@
 
 No CPU here need have a broken kernel (the Intel Xeon with AMX and
 avx512_fp16 does: one float16 batch of a Dense(4096)x2 model took 77 s, and
-the doctor ran to 158 s against its 60 s budget), so
-MPCONVERT_TEST_SLOW_POLICY stands in for one: the kernel probe reports that
-policy 100x float32's time with oneDNN's rewrites on, and the doctor's
-timing child hangs on it.
+the doctor ran to 158 s against its 60 s budget), so the `broken_kernel`
+fixture stands in for one (tests/broken_kernels.py): the kernel probe's
+cached answer says mixed_float16 takes 100x float32's time with oneDNN's
+rewrites on, and the model holds a custom layer (`--import broken_kernels`)
+that hangs in float16 with them on, in the doctor's timing child too.
 """
 
 import json
@@ -16,7 +17,7 @@ import keras
 import tiny_models
 from conftest import console_script, invoke
 
-from mpconvert.speed.kernel_probe import CACHE_ENV, ONEDNN_ENV, STAND_IN_ENV
+from mpconvert.speed.kernel_probe import ONEDNN_ENV
 from mpconvert.speed.slow_kernel import FOUND_ENV, THRESHOLD_ENV
 
 
@@ -35,14 +36,9 @@ def doctor(model, *args, env):
     return json.loads(done.stdout)
 
 
-def saved_mlp(tmp_path):
-    path = tmp_path / "m.keras"
-    tiny_models.mlp(keras).save(path)
-    return path
-
-
-def test_a_policy_the_probe_finds_broken_is_cut_short_and_timed_with_the_fix(tmp_path):
-    found = doctor(saved_mlp(tmp_path), env={STAND_IN_ENV: "mixed_float16", CACHE_ENV: str(tmp_path / "cache")})
+def test_a_policy_the_probe_finds_broken_is_cut_short_and_timed_with_the_fix(tmp_path, broken_kernel):
+    broken_kernel.probe_finds()
+    found = doctor(broken_kernel.model(tmp_path), *broken_kernel.imports, env=broken_kernel.env)
     fp16, bf16 = found["policies"]["mixed_float16"], found["policies"]["mixed_bfloat16"]
     assert fp16["cut_short"] is True and fp16["ms"] is None and fp16["speedup"] is None  # never 0.00x
     assert fp16["note"].startswith("cut short: a broken kernel (the kernel probe")
@@ -54,17 +50,18 @@ def test_a_policy_the_probe_finds_broken_is_cut_short_and_timed_with_the_fix(tmp
     assert found["kernel_probe"]["mixed_float16"]["slower"] >= 8
     assert "mixed_float16 cut short: a broken kernel" in found["cut_short"]
     assert "0.00x" not in found["recommendation"]
-    assert not (tmp_path / "cache").exists()  # a stand-in's answer is never cached
 
 
-def test_the_budget_holds_when_a_kernel_the_probe_missed_hangs(tmp_path):
+def test_the_budget_holds_when_a_kernel_the_probe_missed_hangs(tmp_path, broken_kernel):
     budget = 20
+    broken_kernel.probe_finds()
     found = doctor(
-        saved_mlp(tmp_path),
+        broken_kernel.model(tmp_path),
         "--budget",
         budget,
-        # the probe sees the stand-in's 100x but judges it below this threshold: only the budget stops it
-        env={STAND_IN_ENV: "mixed_float16", THRESHOLD_ENV: "1000", CACHE_ENV: str(tmp_path / "cache")},
+        *broken_kernel.imports,
+        # the probe's 100x is below this threshold: the layer's hang in the timing child is only the budget's to stop
+        env={**broken_kernel.env, THRESHOLD_ENV: "1000"},
     )
     fp16 = found["policies"]["mixed_float16"]
     assert fp16["cut_short"] is True and fp16["ms"] is None

@@ -21,7 +21,7 @@ import pytest
 from conftest import invoke
 from onnx import TensorProto, helper, numpy_helper
 
-from mpconvert.artifacts import LARGE_BATCH, serving_batches
+from mpconvert.export.artifacts import LARGE_BATCH, serving_batches
 from mpconvert.onnx.empty_batch import serve_empty_batch
 from mpconvert.runners.isolated import Crashed, Isolated
 from mpconvert.runners.onnx import ORT_CPU, OnnxRunner, run_onnx

@@ -17,17 +17,17 @@ import tf_keras
 from conftest import invoke
 
 import mpconvert
-from mpconvert.errors import MpconvertError
-from mpconvert.fidelity import first_difference
-from mpconvert.frameworks import KERAS3, TF_KERAS
-from mpconvert.numerics.lint import lint
-from mpconvert.numerics.search import rank
-from mpconvert.options import RewriteOptions
-from mpconvert.precision import Precision
-from mpconvert.rewrite import rewrite
-from mpconvert.signature import signature_of
-from mpconvert.speed import activation_bytes
-from mpconvert.trace import trace
+from mpconvert.data.signature import signature_of
+from mpconvert.keras.activation_memory import activation_bytes
+from mpconvert.keras.fidelity import first_difference
+from mpconvert.keras.frameworks import KERAS3, TF_KERAS
+from mpconvert.keras.lint import lint
+from mpconvert.keras.rewrite import rewrite
+from mpconvert.keras.search import rank
+from mpconvert.keras.trace import trace
+from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import RewriteOptions
+from mpconvert.system.errors import MpconvertError
 
 POLICIES = ("mixed_float16", "mixed_bfloat16")
 FRAMEWORKS = {"keras": (keras, KERAS3), "tf_keras": (tf_keras, TF_KERAS)}
@@ -216,7 +216,9 @@ def test_nested_shared_and_multi_output_models_convert(saved_shapes, tmp_path, s
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_classic_h5_autoencoder_converts_under_both_policies(saved_shapes, tmp_path, framework):
     path, data = saved_shapes["autoencoder", framework]
-    for policy in POLICIES:
+    # mixed_float16 of this same file, with these same flags, converts (and more is asserted) in
+    # test_nested_shared_and_multi_output_models_convert[autoencoder-*]: only bfloat16 is left to run here.
+    for policy in [p for p in POLICIES if p != "mixed_float16"]:
         result = invoke(
             path,
             "--policy",
@@ -236,7 +238,7 @@ def test_the_classic_h5_autoencoder_converts_under_both_policies(saved_shapes, t
 
 def _plant_overflow(model, path: str) -> None:
     """Make the layer at `path` output ~1e5 and its reader compensate: exact in float32, inf in float16."""
-    from mpconvert.trace import layer_at
+    from mpconvert.keras.trace import layer_at
 
     layer = layer_at(model, path)
     kernel, bias = layer.get_weights()

@@ -17,9 +17,9 @@ import pytest
 from conftest import console_script, invoke
 from onnx import TensorProto, helper
 
-from mpconvert.errors import MpconvertError
 from mpconvert.onnx.repairs import unify_input_types
-from mpconvert.outdir import claimed_output, claimed_root
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.outdir import claimed_output, claimed_root
 
 FAST = ["--policy", "mixed_bfloat16", "--finetune-steps", "0", "--no-speed"]
 
@@ -204,8 +204,8 @@ def test_mixed_type_inputs_are_brought_to_the_16bit_type_exactly():
 def test_a_swallowed_ctrl_c_still_keeps_the_output_from_appearing(tmp_path):
     import signal
 
-    from mpconvert import interrupts
-    from mpconvert.outdir import staged_output
+    from mpconvert.system import interrupts
+    from mpconvert.system.outdir import staged_output
 
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     interrupts.install()

@@ -16,17 +16,18 @@ from click.testing import CliRunner
 from conftest import SAMPLES, invoke
 
 from mpconvert.cli import cli
-from mpconvert.context import Context
-from mpconvert.data import EvalData, Split, Task
-from mpconvert.errors import MpconvertError
-from mpconvert.finetune import takes_class_ids, training_labels
-from mpconvert.formats import ModelFormat
-from mpconvert.frameworks import KERAS3, TF_KERAS
-from mpconvert.load import Loaded
-from mpconvert.options import FinetuneOptions, RewriteOptions
-from mpconvert.precision import Precision
-from mpconvert.rewrite import rewrite
-from mpconvert.signature import TensorSpec, signature_of
+from mpconvert.data.context import Context
+from mpconvert.data.formats import ModelFormat
+from mpconvert.data.rows import EvalData, Split, Task
+from mpconvert.data.signature import TensorSpec, signature_of
+from mpconvert.keras.finetune import takes_class_ids, training_labels
+from mpconvert.keras.frameworks import KERAS3, TF_KERAS
+from mpconvert.keras.load import Loaded
+from mpconvert.keras.rewrite import rewrite
+from mpconvert.options.finetune import FinetuneOptions
+from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import RewriteOptions
+from mpconvert.system.errors import MpconvertError
 
 FRAMEWORKS = [pytest.param((keras, KERAS3), id="keras3"), pytest.param((tf_keras, TF_KERAS), id="tf_keras")]
 
@@ -39,7 +40,7 @@ def regression_data(model, rows=256, seed=0):
 
 
 def run_finetune(K, framework, model, data, task, metric, policy, seed=0, **options):
-    from mpconvert.finetune import finetune
+    from mpconvert.keras.finetune import finetune
 
     converted = rewrite(model, framework, RewriteOptions(policy), [data.validation.inputs[0][:2]]).model
     before = [w.copy() for w in converted.get_weights()]
@@ -61,7 +62,11 @@ def test_loss_scale_collapse_stops_training_and_restores_the_weights(fw):
     assert "loss scale collapsed" in result.problem
     assert "--keep-float32" in result.advice and "mixed_bfloat16" in result.advice
     # 2**15 halves to 1 in 15 skipped steps; the check stops it right there
-    assert result.loss_scale == {"initial": 32768.0, "final": 1.0, "min": 1.0}
+    assert result.loss_scale is not None and result.loss_scale.to_json() == {
+        "initial": 32768.0,
+        "final": 1.0,
+        "min": 1.0,
+    }
     assert result.steps == result.skipped_steps == 15
     assert result.kept == "rewritten" and result.metric_after is None
     for a, b in zip(before, converted.get_weights()):
@@ -93,8 +98,8 @@ def test_bfloat16_trains_without_loss_scaling_and_improves_a_regressor(fw):
     assert result.healthy and result.loss_scale is None and result.skipped_steps == 0
     # An untrained regressor on y = x0 / 2: fine-tuning must lower the error.
     assert result.kept == "finetuned" and result.metric_after < result.metric_before
-    assert result.loss["last"] < result.loss["first"]
-    assert result.step_time["float32_ms"] > 0 and result.step_time_ratio > 0
+    assert result.loss.last < result.loss.first
+    assert result.step_time.float32_ms > 0 and result.step_time_ratio > 0
 
 
 def test_no_harm_keeps_the_better_weights():
@@ -152,6 +157,7 @@ def test_cli_runs_give_identical_reports_with_the_same_seed(tmp_path):
                 "20",
                 "--seed",
                 "3",
+                "--no-speed",  # only the fine-tune and validation figures are compared
             ],
         )
         assert result.exit_code == 0, result.output
@@ -193,6 +199,7 @@ def test_data_function_feeds_fine_tuning_from_a_tf_data_pipeline(tmp_path, monke
             "savedmodel",
             "--finetune-steps",
             "10",
+            "--no-speed",  # the data's path into fine-tuning is the subject, not the timing
         ],
     )
     assert result.exit_code == 0, result.output

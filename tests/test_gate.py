@@ -2,27 +2,30 @@
 Markdown renderings, `mpconvert check`, and the CI flow end to end."""
 
 import copy
+import dataclasses
 import json
 import math
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest
 from conftest import SAMPLES, invoke
 from junitparser import Failure, JUnitXml
+from option_values import changed_values
 from reports import make_report, stored, thresholds, typed, write
 
-from mpconvert.errors import MpconvertError
-from mpconvert.gate import evaluate
-from mpconvert.gate_options import GateOptions
+from mpconvert.options.gate import Baseline, GateOptions, Thresholds
 from mpconvert.render import markdown, write_junit
-from mpconvert.report import Report
-from mpconvert.stored import load_baseline, read_report, stored_thresholds
-from mpconvert.thresholds import Baseline, Thresholds
+from mpconvert.report.gate import evaluate
+from mpconvert.report.read import load_baseline, read_report, stored_thresholds
+from mpconvert.report.report import Report
+from mpconvert.report.sections import Source
+from mpconvert.system.errors import MpconvertError
 
 
 def checks_of(report, th=None) -> dict:
@@ -49,7 +52,7 @@ def test_every_check_is_listed_with_its_numbers():
     assert checks["agreement"].message == "predictions agree on 98.00% of 500 rows >= min 95.00%"
     # onnx: 0.001 + 0.0015 * 2.0 = 0.004, exactly its max |diff|
     assert checks["artifact parity: onnx"].passed
-    assert checks["artifact parity: onnx"].values["limit"] == pytest.approx(0.004)
+    assert checks["artifact parity: onnx"].values.limit == pytest.approx(0.004)
     assert [c.name for c in result.failed] == ["accuracy gate"] and not result.passed
 
 
@@ -62,7 +65,7 @@ def test_accuracy_drop_against_the_budget(max_drop, passed):
     # drop = 0.962 - 0.948 = 0.014 (plus binary rounding, which the gate forgives)
     check = checks_of(make_report(), thresholds(max_drop=max_drop))["accuracy gate"]
     assert check.passed is passed
-    assert check.values["drop"] == pytest.approx(0.014) and check.values["max_drop"] == max_drop
+    assert check.values.drop == pytest.approx(0.014) and check.values.max_drop == max_drop
 
 
 def test_mse_drop_is_an_increase_in_error():
@@ -163,11 +166,11 @@ def test_with_labels_agreement_counts_harm_not_improvement():
     check = checks_of(report)["agreement"]
     assert check.passed
     assert check.message == "kept 100.00% of the 63 rows the float32 model got right (0 harmed, 22 fixed) >= min 95.00%"
-    assert check.values["agreement"] == 0.70 and check.values["rows"] == 63
+    assert check.values.agreement == 0.70 and check.values.rows == 63
     # A report written before the harm counts is judged by agreement, as then.
     old = checks_of(old_format(report))["agreement"]
     assert not old.passed and old.message == "predictions agree on 70.00% of 100 rows < min 95.00%"
-    assert old.values == {"agreement": 0.70, "min_agreement": 0.95, "rows": 100}
+    assert old.values.to_json() == {"agreement": 0.70, "min_agreement": 0.95, "rows": 100}
 
 
 @pytest.mark.parametrize("min_agreement,passed", [(0.95, True), (437 / 440, True), (0.9932, False)])
@@ -175,7 +178,7 @@ def test_the_readme_example_against_the_minimum(min_agreement, passed):
     check = checks_of(labelled(**README_EXAMPLE), thresholds(min_agreement=min_agreement))["agreement"]
     assert check.passed is passed
     assert check.message.startswith("kept 99.32% of the 440 rows the float32 model got right (3 harmed, 8 fixed) ")
-    assert check.values["harmed"] == 3 and check.values["fixed"] == 8
+    assert check.values.harmed == 3 and check.values.fixed == 8
 
 
 def test_harm_counts_of_none_fall_back_to_agreement():
@@ -223,7 +226,7 @@ def test_artifact_parity_scales_with_the_outputs(rtol, passed):
     th = thresholds(rtol={"savedmodel": 0.0, "keras": 0.0, "onnx": rtol})
     check = checks_of(make_report(), th)["artifact parity: onnx"]
     assert check.passed is passed
-    assert check.values["limit"] == pytest.approx(0.001 + rtol * 2.0)
+    assert check.values.limit == pytest.approx(0.001 + rtol * 2.0)
     assert check.message.startswith(f"max abs diff 0.004 {'<=' if passed else '>'} limit")
 
 
@@ -302,7 +305,7 @@ def test_policy_rewrite_fails_when_nothing_was_converted():
     for layer in report["layers"][1:]:
         layer.update(policy="float32", pinned="--keep-float32 '.*'")
     check = checks_of(report)["policy rewrite"]
-    assert not check.passed and check.values == {"policy": "mixed_float16", "converted": 0, "kept_float32": 3}
+    assert not check.passed and check.values.to_json() == {"policy": "mixed_float16", "converted": 0, "kept_float32": 3}
 
 
 @pytest.mark.parametrize(
@@ -328,13 +331,28 @@ def test_baseline_regression(metric, baseline, converted, max_regression, passed
 
 def test_thresholds_from_flags_override_per_kind_in_order():
     base = Thresholds.defaults("mixed_bfloat16")
-    assert base.rtol == {"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1, "litert": 1e-1} and base.max_drop == 0.01
+    assert base.rtol == {"savedmodel": 1.6e-2, "keras": 1.6e-2, "onnx": 1e-1, "litert": 1e-1, "openvino": 1e-1}
+    assert base.max_drop == 0.01
     options = GateOptions(min_agreement=0.9, atol=(("onnx", 0.1), (None, 0.5)), rtol=((None, 0.0), ("keras", 0.2)))
     th = base.overridden(options)
-    assert th.atol == {"savedmodel": 0.5, "keras": 0.5, "onnx": 0.5, "litert": 0.5}  # the later "every kind" wins
-    assert th.rtol == {"savedmodel": 0.0, "keras": 0.2, "onnx": 0.0, "litert": 0.0}
+    every = ("savedmodel", "keras", "onnx", "litert", "openvino")
+    assert th.atol == dict.fromkeys(every, 0.5)  # the later "every kind" wins
+    assert th.rtol == {**dict.fromkeys(every, 0.0), "keras": 0.2}
     assert (th.min_agreement, th.max_drop, th.max_regression) == (0.9, 0.01, 0.0)
     assert Thresholds.from_dict(json.loads(json.dumps(th.as_dict()))) == th
+
+
+def test_each_given_threshold_is_a_judged_one_of_the_same_name_and_changes_it():
+    """GateOptions holds the thresholds as given, Thresholds as judged by: one field list, one name each."""
+    given = [f.name for f in dataclasses.fields(GateOptions)]
+    assert set(given) == {f.name for f in dataclasses.fields(Thresholds)} - {"max_drop_by_output"}
+    base = Thresholds.defaults("mixed_float16")
+    values = changed_values(Path("m.keras"), Path("d.npz"), Path("prev/report.json"))
+    earlier = Baseline("prev/report.json", "accuracy", 0.9, "mixed_float16", "net")
+    for name in given:
+        options = GateOptions(**{name: values[f"GateOptions.{name}"]})
+        judged = base.overridden(options, earlier if name == "baseline" else None)
+        assert getattr(judged, name) != getattr(base, name), f"--{name} does not reach what the gate judges by"
 
 
 # --- reports on disk, and baselines -------------------------------------------
@@ -383,10 +401,10 @@ def test_a_baseline_must_measure_the_same_metric(tmp_path):
 # --- JUnit and Markdown -------------------------------------------------------
 
 
-def failing_report() -> dict:
+def failing_report() -> Report:
     report = make_report(validation={"agreement": 0.9})
     report["artifacts"][1]["max_abs_diff"] = 0.5
-    return stored(report, thresholds())
+    return typed(report, thresholds())
 
 
 def test_junit_parses_with_junitparser_and_names_the_failures(tmp_path):
@@ -431,7 +449,7 @@ def test_junit_has_the_elements_the_schema_requires(tmp_path):
 
 
 def test_junit_of_a_passing_report_has_no_failures(tmp_path):
-    write_junit(stored(make_report(), thresholds(max_drop=0.02)), tmp_path / "junit.xml")
+    write_junit(typed(make_report(), thresholds(max_drop=0.02)), tmp_path / "junit.xml")
     (suite,) = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
     assert suite.tests == 5 and suite.failures == 0 and all(case.is_passed for case in suite)
 
@@ -460,7 +478,7 @@ def test_markdown_escapes_table_pipes_and_says_when_accuracy_was_not_measured():
         "problem": "loss | nan",
         "advice": None,
     }
-    text = markdown(stored(report))
+    text = markdown(typed(report))
     assert "**Accuracy not measured**" in text and "on 64 generated inputs" in text
     # In a table cell a bare "|" would start a new cell.
     assert "| fine-tune health | ❌ **fail** | stopped after 1 of 50 steps: loss \\| nan |" in text
@@ -571,7 +589,7 @@ def test_check_judges_old_reports_by_agreement_and_new_ones_by_harm(tmp_path):
 
 
 def test_markdown_mentions_harmed_and_fixed_with_labels():
-    text = markdown(stored(labelled(**README_EXAMPLE), thresholds(max_drop=0.02)))
+    text = markdown(typed(labelled(**README_EXAMPLE), thresholds(max_drop=0.02)))
     assert (
         "Predictions agree on 97.56% (3 harmed, 8 fixed: kept 99.32% of the 440 rows the float32 model got right, "
         "min 95.00%)."
@@ -654,7 +672,8 @@ def ci_models(tmp_path_factory):
 
 def convert(model, data, out, *args):
     # --auto-keep off: these runs test the gate's verdict on failures the
-    # lint and search would otherwise repair.
+    # lint and search would otherwise repair. --no-speed: no run here sets
+    # --min-speedup, so the timing would only add seconds and no check.
     return invoke(
         model,
         "--policy",
@@ -667,6 +686,7 @@ def convert(model, data, out, *args):
         "savedmodel",
         "--auto-keep",
         "off",
+        "--no-speed",
         *args,
     )
 
@@ -794,7 +814,7 @@ def test_ci_a_stopped_fine_tune_fails_the_gate(tmp_path):
 
 
 def test_the_policy_tolerance_tables_cannot_be_changed_by_one_caller():
-    from mpconvert.precision import Precision
+    from mpconvert.options.precision import Precision
 
     with pytest.raises(TypeError):
         Precision.of("mixed_float16").parity_rtol["onnx"] = 9.0
@@ -814,8 +834,8 @@ def test_nothing_to_pad_is_said_with_the_stages_reason():
 
 
 def test_drift_and_agreement_without_rows_are_not_judged():
-    from mpconvert.gate import check_drift
-    from mpconvert.sections import OutputValidation
+    from mpconvert.report.gate import check_drift
+    from mpconvert.report.sections import OutputValidation
 
     empty = OutputValidation("boxes", None, None, None, None, max_abs_diff=0.0, rows=0)
     check = check_drift(empty)
@@ -852,9 +872,26 @@ def test_drift_and_agreement_without_rows_are_not_judged():
 def test_the_rebuild_line_claims_a_reproduction_only_where_its_figures_show_one(fidelity, line, capsys):
     from mpconvert.render import render_summary
 
-    report = stored(make_report(fidelity=fidelity))
+    report = typed(make_report(fidelity=fidelity))
     render_summary(report)
     assert f"  rebuild: {line}\n" in capsys.readouterr().out
+
+
+def test_the_summary_names_each_format_and_what_its_proof_compared(capsys):
+    # The words come from the model format (data/formats.py), not from a table keyed on format names here.
+    from mpconvert.render import describe_source, render_summary
+
+    source = {**make_report()["source"], "path": "models/served", "format": "graph", "loader": "tensorflow"}
+    render_summary(typed(make_report(source=source, fidelity={"rows": 256, "max_abs_diff": 0.0, "limit": 1e-6})))
+    out = capsys.readouterr().out
+    assert "models/served (SavedModel without Keras metadata, as a frozen graph, tensorflow) ->" in out
+    assert (
+        "  rebuild: the frozen graph reproduces the SavedModel's signature (max |diff| 0 <= 1e-06 on 256 rows)\n" in out
+    )
+    h5 = Source.from_json({**source, "format": "h5", "loader": "tf_keras"})
+    assert describe_source(h5) == "models/served (.h5 file, tf-keras)"
+    # A format a newer mpconvert wrote: its own name.
+    assert describe_source(Source.from_json({**source, "format": "openvino"})) == "models/served (openvino, tensorflow)"
 
 
 # A random-weight language model: the float32 model gets 1 of 586 tokens right; the converted, fine-tuned one

@@ -15,8 +15,8 @@ import tensorflow as tf
 from conftest import invoke
 
 import mpconvert
-from mpconvert.frozen.freeze import load_frozen
-from mpconvert.frozen.rewrite import RewriteError, check_edges, rewrite_graph
+from mpconvert.graph.freeze import load_frozen
+from mpconvert.graph.rewrite import RewriteError, check_edges, rewrite_graph
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +197,7 @@ def test_a_batch_converts_graph_savedmodels_beside_keras_ones(models, tmp_path):
 [defaults]
 finetune_steps = 0
 export = ["savedmodel"]
+speed = false  # no timing is read here (the search test reads a graph's)
 
 [[model]]
 path = "{models["cnn"]}"

@@ -18,6 +18,7 @@ from conftest import SAMPLES, invoke
 
 from mpconvert.cli import cli
 from mpconvert.render.html import report_page
+from mpconvert.report.report import Report
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 CANCER_DATA = SAMPLES / "data" / "breast_cancer.npz"
@@ -74,7 +75,7 @@ def test_pages_name_no_address_and_escape_what_the_model_names(converted):
     hostile = json.loads(json.dumps(report))
     hostile["layers"][1]["name"] = "<script>alert(1)</script>"
     hostile["source"]["path"] = "/models/<img src=x onerror=alert(1)>.keras"
-    rendered = report_page(hostile)
+    rendered = report_page(Report.from_json(hostile))
     assert "<script>alert(1)</script>" not in rendered and "&lt;script&gt;alert(1)&lt;/script&gt;" in rendered
     assert "<img src=x" not in rendered
 
@@ -155,7 +156,9 @@ def batch_root(tmp_path_factory):
     (zoo / "broken.keras").write_bytes(b"not a zip file")
     out = base / "out"
     args = ["batch", str(zoo), "--policy", "mixed_bfloat16", "--out", str(out), "--export", "savedmodel"]
-    result = CliRunner().invoke(cli, [*args, "--finetune-steps", "0", "--jobs", "1"])
+    # The index links pages and shows the drop; no timing or padding is read from this batch.
+    quick = ["--finetune-steps", "0", "--no-speed", "--pad-multiple", "0", "--jobs", "1"]
+    result = CliRunner().invoke(cli, [*args, *quick])
     assert result.exit_code == 1, result.output  # the broken file is an error
     return out, json.loads((out / "batch.json").read_text())
 
@@ -180,6 +183,7 @@ def test_batch_merge_of_separate_shards_gets_one_page(tmp_path):
         (zoo / f"{name}.keras").write_bytes(CANCER.read_bytes())
         (zoo / f"{name}.npz").write_bytes(CANCER_DATA.read_bytes())
     common = ["--policy", "mixed_bfloat16", "--export", "savedmodel", "--finetune-steps", "0", "--jobs", "1"]
+    common += ["--no-speed", "--pad-multiple", "0"]  # only the links are read
     for i in (1, 2):
         result = CliRunner().invoke(
             cli, ["batch", str(zoo), "--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2", *common]
@@ -231,8 +235,8 @@ def test_each_check_shows_the_same_few_figures_in_the_terminal_markdown_and_page
     out, report, _ = converted
     page = text_of((out / "report.html").read_text())
     terminal = io.StringIO()
-    render_summary(report, terminal)
-    summary = markdown(report).replace("\\|", "|")
+    render_summary(Report.from_json(report), terminal)
+    summary = markdown(Report.from_json(report)).replace("\\|", "|")
     checks = {c["name"]: c["values"] for c in report["gate"]["checks"]}
     onnx = checks["artifact parity: onnx"]
     sizes = [b["rows"] for b in onnx["batches"]]
@@ -254,21 +258,16 @@ def test_each_check_shows_the_same_few_figures_in_the_terminal_markdown_and_page
 
 def test_a_batch_a_file_cannot_serve_shows_its_error_beside_the_sizes_it_served():
     from mpconvert.render.figures import check_figures
+    from mpconvert.report.checks import Check, ParityValues, ServedParity
+    from mpconvert.report.sections.artifacts import ServedBatch
 
-    values = {
-        "max_abs_diff": 0.0004,
-        "max_abs_ref": 1.0,
-        "atol": 1e-05,
-        "rtol": 0.02,
-        "limit": 0.02001,
-        "rows": 256,
-        "batches": [
-            {"rows": 0, "error": "Reshape: {0,-1,8} is ambiguous", "max_abs_diff": None, "note": None},
-            {"rows": 1, "error": None, "max_abs_diff": 1.5e-09, "note": None},
-            {"rows": 4096, "error": None, "max_abs_diff": None, "note": None},
-        ],
-    }
-    shown = check_figures({"name": "artifact parity: onnx", "passed": False, "message": "", "values": values})
+    batches = (
+        ServedParity(ServedBatch(0, "Reshape: {0,-1,8} is ambiguous", None), False),
+        ServedParity(ServedBatch(1, None, 1.5e-09), True),
+        ServedParity(ServedBatch(4096, None, None), False),
+    )
+    values = ParityValues(0.0004, 1.0, 1e-05, 0.02, 0.02001, 256, batches=batches)
+    shown = check_figures(Check("artifact parity: onnx", False, "", values))
     assert shown == (
         "max |diff| 0.0004, limit 0.02, rows 256; served rows 0: failed (Reshape: {0,-1,8} is ambiguous), "
         "1: 1.5e-09, 4096: not finite"

@@ -15,12 +15,12 @@ import pytest
 import tensorflow as tf
 from conftest import invoke
 
-from mpconvert.errors import NotExportable
-from mpconvert.litert import builtin_tables, write_litert
-from mpconvert.onnx.checks import refuse_inexpressible
+from mpconvert.data.signature import signature_of
+from mpconvert.export.formats.litert import builtin_tables, write_litert
+from mpconvert.onnx.graph_checks import refuse_inexpressible
 from mpconvert.onnx.graphdef import computing_nodes
 from mpconvert.runners.litert import LiteRTRunner
-from mpconvert.signature import signature_of
+from mpconvert.system.errors import NotExportable
 
 FAST = ["--policy", "mixed_float16", "--finetune-steps", "0", "--no-speed"]
 

@@ -19,16 +19,16 @@ import tensorflow as tf
 from conftest import invoke
 from onnx import TensorProto
 
-from mpconvert.artifact_kinds import ArtifactKind
-from mpconvert.artifacts import write_checked
-from mpconvert.errors import MpconvertError
-from mpconvert.frameworks import KERAS3
-from mpconvert.onnx.checks import TooLarge
+from mpconvert.data.signature import generate_inputs, signature_of
+from mpconvert.export.artifacts import write_checked
+from mpconvert.keras.frameworks import KERAS3
+from mpconvert.keras.rewrite import rewrite
 from mpconvert.onnx.export import keras_to_onnx
-from mpconvert.options import RewriteOptions
-from mpconvert.rewrite import rewrite
+from mpconvert.onnx.graph_checks import TooLarge
+from mpconvert.options.artifact_kinds import ArtifactKind
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.runners.onnx import open_session
-from mpconvert.signature import generate_inputs, signature_of
+from mpconvert.system.errors import MpconvertError
 
 POLICY = "mixed_float16"  # ONNX Runtime's CPU provider runs float16 files as written (not bfloat16 ones)
 

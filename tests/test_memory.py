@@ -12,12 +12,12 @@ import numpy as np
 import tensorflow as tf
 
 from mpconvert.api import conversion_options
-from mpconvert.frameworks import KERAS3
-from mpconvert.hooks import Hooks
-from mpconvert.kinds.keras import write_savedmodel
-from mpconvert.options import ExportOptions, SaveOptions
+from mpconvert.data.signature import signature_of
+from mpconvert.keras.frameworks import KERAS3
+from mpconvert.keras.kind import write_savedmodel
+from mpconvert.options.export import ExportOptions, SaveOptions
 from mpconvert.pipeline import convert_and_save
-from mpconvert.signature import signature_of
+from mpconvert.system.hooks import Hooks
 
 NAME = "memory_probe"  # kept by every rebuild of the model (they are built from its config)
 

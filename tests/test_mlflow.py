@@ -7,6 +7,7 @@ fine-tuning (a few seconds each).
 """
 
 import contextlib
+import dataclasses
 import http.server
 import json
 import os
@@ -23,10 +24,10 @@ import pytest
 from conftest import SAMPLES, console_script, invoke
 
 import mpconvert
-from mpconvert.digests import digest
-from mpconvert.errors import MpconvertError
-from mpconvert.tracking import gate_metrics, metric_name, run_params
-from mpconvert.tracking_options import TrackingOptions
+from mpconvert.export.tracking import gate_metrics, metric_name, run_params
+from mpconvert.options.tracking import TrackingOptions
+from mpconvert.system.digests import digest
+from mpconvert.system.errors import MpconvertError
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
@@ -37,6 +38,8 @@ POLICY = "mixed_bfloat16"
 BASE = (MODEL, "--policy", POLICY, "--data", DATA, "--finetune-steps", "0")
 # Without a tolerance the ONNX file's bfloat16 arithmetic (max |diff| about 1e-3 here) fails artifact parity.
 FAILING = ("--atol", "0", "--rtol", "0")
+# For the runs that read neither the timings nor the padding (passed_run reads both): a few seconds less each.
+QUICK = ("--no-speed", "--pad-multiple", "0")
 
 
 def free_port() -> int:
@@ -187,7 +190,17 @@ def test_register_on_a_pass_makes_version_1_with_the_verdict_and_the_drop(passed
 def test_a_gate_failure_is_recorded_and_never_registered(server, tmp_path):
     out = tmp_path / "out"
     result = invoke(
-        *BASE, *FAILING, "--out", out, "--mlflow", server, "--mlflow-experiment", "failed", "--register", "strict"
+        *BASE,
+        *FAILING,
+        *QUICK,
+        "--out",
+        out,
+        "--mlflow",
+        server,
+        "--mlflow-experiment",
+        "failed",
+        "--register",
+        "strict",
     )
     assert result.exit_code == 3, result.output + result.stderr
     assert "not registered: the gate failed" in result.stderr
@@ -201,7 +214,7 @@ def test_a_gate_failure_is_recorded_and_never_registered(server, tmp_path):
 
 
 def test_the_python_api_saves_through_the_same_tracking(server, tmp_path):
-    conversion = mpconvert.convert(MODEL, POLICY, data=DATA, finetune_steps=0)
+    conversion = mpconvert.convert(MODEL, POLICY, data=DATA, finetune_steps=0, speed=False, pad_multiple=0)
     report = conversion.save(tmp_path / "out", export=("savedmodel",), mlflow=server, mlflow_experiment="api")
     client = MlflowClient(server)
     (run,) = runs_of(client, "api")
@@ -266,7 +279,7 @@ def test_a_server_that_refuses_access_fails_naming_the_401(refusing_server, tmp_
 def test_mlflow_optional_warns_and_converts_untracked(tmp_path):
     uri = f"http://127.0.0.1:{free_port()}"
     out = tmp_path / "out"
-    result = invoke(*BASE, "--out", out, "--mlflow", uri, "--mlflow-optional")
+    result = invoke(*BASE, *QUICK, "--export", "savedmodel", "--out", out, "--mlflow", uri, "--mlflow-optional")
     assert result.exit_code == 0, result.output + result.stderr
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == [
@@ -309,7 +322,7 @@ def test_register_needs_a_server_and_the_savedmodel(tmp_path):
 
 
 def test_without_mlflow_installed_the_error_names_the_extra(monkeypatch):
-    from mpconvert.tracking import start
+    from mpconvert.export.tracking import start
 
     monkeypatch.setitem(sys.modules, "mlflow", None)  # what `import mlflow` meets where it is not installed
     with pytest.raises(MpconvertError) as caught:
@@ -335,7 +348,9 @@ MANIFEST = f"""
 [defaults]
 policy = "{POLICY}"
 finetune_steps = 0
-export = ["savedmodel", "onnx"]
+export = ["savedmodel"]
+speed = false
+pad_multiple = 0
 
 [[model]]
 path = "{MODEL}"
@@ -393,7 +408,7 @@ def test_a_batch_is_a_parent_run_with_one_child_per_model(server, tmp_path):
 
 
 def test_several_outputs_get_their_own_metrics_and_version_tags():
-    from mpconvert.tracking import drop_tags
+    from mpconvert.export.tracking import drop_tags
 
     stored = {
         "passed": False,
@@ -421,7 +436,7 @@ def test_an_s3_output_is_logged_from_its_local_copy_with_the_same_files(server, 
     from moto_s3 import moto_s3
 
     with moto_s3("models") as (_, fs, _):
-        result = invoke(*BASE, "--out", "s3://models/cancer", "--mlflow", server, "--mlflow-experiment", "s3")
+        result = invoke(*BASE, *QUICK, "--out", "s3://models/cancer", "--mlflow", server, "--mlflow-experiment", "s3")
         assert result.exit_code == 0, result.output + result.stderr
         uploaded = {
             path.split("models/cancer/", 1)[1]: fs.cat_file(path)
@@ -463,14 +478,14 @@ def failing_after_check():
 
 def test_a_server_failing_while_the_run_is_logged_leaves_the_output_complete(failing_after_check, tmp_path):
     out = tmp_path / "out"
-    result = invoke(*BASE, "--out", out, "--mlflow", failing_after_check)
+    result = invoke(*BASE, *QUICK, "--out", out, "--mlflow", failing_after_check)
     assert result.exit_code == 1
     error = result.stderr.strip().splitlines()[0]
     assert error.startswith(f"error: MLflow tracking server {failing_after_check} failed a request (HTTP 404): ")
     assert f"after the output was written to {out}: its MLflow run is incomplete" in error
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] is True and (out / "model.onnx").is_file() and (out / "savedmodel").is_dir()
-    optional = invoke(*BASE, "--out", tmp_path / "again", "--mlflow", failing_after_check, "--mlflow-optional")
+    optional = invoke(*BASE, *QUICK, "--out", tmp_path / "again", "--mlflow", failing_after_check, "--mlflow-optional")
     assert optional.exit_code == 0, optional.stderr
     assert [line for line in optional.stderr.splitlines() if line.startswith("warning:")] == [
         f"warning: MLflow run not recorded: MLflow tracking server {failing_after_check} failed a request "
@@ -492,12 +507,12 @@ def test_a_batch_result_whose_run_was_not_recorded_is_not_one_resume_reuses(fail
     from mpconvert.api import conversion_options
     from mpconvert.batch.manifest import Job
     from mpconvert.batch.worker import RESULT_NAME, job_spec, run
-    from mpconvert.tracking import RunNotRecorded
+    from mpconvert.export.tracking import RunNotRecorded
 
-    job = Job("cancer", conversion_options(MODEL, POLICY, data=DATA, finetune_steps=0))
+    job = Job("cancer", conversion_options(MODEL, POLICY, data=DATA, finetune_steps=0, speed=False, pad_multiple=0))
     out = tmp_path / "cancer" / POLICY
-    tracking = TrackingOptions(uri=failing_after_check, parent_run="parent-id").spec()
-    spec = {**job_spec(job), "out": str(out), "key": "k", "tracking": tracking}
+    tracking = TrackingOptions(uri=failing_after_check, parent_run="parent-id")
+    spec = dataclasses.replace(job_spec(job), out=str(out), key="k", tracking=tracking)
     with pytest.raises(RunNotRecorded):
         run(spec)
     # The conversion is there, but without the stamp that --resume trusts.

@@ -16,10 +16,11 @@ from conftest import SAMPLES, invoke
 
 import mpconvert
 from mpconvert.batch.results import entry
-from mpconvert.data import load_npz
-from mpconvert.kinds.keras import tasks_of
+from mpconvert.data.rows import load_npz
+from mpconvert.data.signature import signature_of
+from mpconvert.keras.kind import tasks_of
+from mpconvert.report.report import Report
 from mpconvert.runners.keras import predict
-from mpconvert.signature import signature_of
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 
@@ -102,7 +103,9 @@ def test_the_api_takes_labels_by_output_name_or_in_output_order(zoo):
 
 def test_the_overflowing_head_fails_alone_and_the_default_run_keeps_only_that_head_float32(zoo, tmp_path):
     model, data = zoo / "dict.keras", zoo / "both.npz"
-    off = invoke(model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "off", "--auto-keep", "off")
+    # Neither run's fine-tune nor speed section is read: the checks and layers are the validation's and the rewrite's.
+    args = [model, "--policy", "mixed_float16", "--data", data, "--finetune-steps", "0", "--no-speed"]
+    off = invoke(*args, "--out", tmp_path / "off", "--auto-keep", "off", "--export", "savedmodel")
     assert off.exit_code == 3, off.output
     checks = checks_of(report_of(tmp_path / "off"))
     assert not checks["mse gate: ink"]["passed"] and "NaN/inf" in checks["mse gate: ink"]["message"]
@@ -110,7 +113,7 @@ def test_the_overflowing_head_fails_alone_and_the_default_run_keeps_only_that_he
     assert "accuracy gate" not in checks  # one metric check per output, named after it
     assert report_of(tmp_path / "off")["validation"]["nonfinite_by_output"] == {"ink": 450}
 
-    default = invoke(model, "--policy", "mixed_float16", "--data", data, "--out", tmp_path / "on")
+    default = invoke(*args, "--out", tmp_path / "on")
     assert default.exit_code == 0, default.output
     report = report_of(tmp_path / "on")
     policies = {layer["name"]: layer["policy"] for layer in report["layers"]}
@@ -126,6 +129,7 @@ def test_the_overflowing_head_fails_alone_and_the_default_run_keeps_only_that_he
 
 def test_tf_keras_list_outputs_with_an_unlabelled_head_get_a_drift_check(zoo, tmp_path):
     args = ["--policy", "mixed_float16", "--data", zoo / "digit_only.npz", "--export", "savedmodel"]
+    args += ["--finetune-steps", "0", "--no-speed"]  # only the checks and the artifact's outputs are read
     result = invoke(zoo / "list.h5", *args, "--out", tmp_path / "o", "--auto-keep", "off")
     assert result.exit_code == 3, result.output
     checks = checks_of(report_of(tmp_path / "o"))
@@ -143,7 +147,8 @@ def test_per_output_budgets_and_metrics_and_unknown_output_names(zoo, tmp_path):
     assert "digit, odd" in bad.stderr and not (tmp_path / "bad").exists()
     usage = invoke(*args, "--metric", "digit=f1", "--out", tmp_path / "usage")
     assert usage.exit_code == 2 and "digit=f1" in usage.output
-    ok = invoke(*args, "--max-drop", "0.05", "--max-drop", "digit=0", "--finetune-steps", "0", "--out", tmp_path / "o")
+    cheap = ["--finetune-steps", "0", "--no-speed", "--export", "savedmodel"]  # only the gate's thresholds are read
+    ok = invoke(*args, "--max-drop", "0.05", "--max-drop", "digit=0", *cheap, "--out", tmp_path / "o")
     thresholds = report_of(tmp_path / "o")["gate"]["thresholds"]
     assert thresholds["max_drop"] == 0.05 and thresholds["max_drop_by_output"] == {"digit": 0.0}
     assert checks_of(report_of(tmp_path / "o"))["accuracy gate: digit"]["values"]["max_drop"] == 0.0
@@ -179,7 +184,7 @@ def test_two_classifiers_fine_tune_on_both_losses_and_compare_per_output_with_a_
     assert all(c["passed"] and c["values"]["regression"] == 0 for c in baselines.values())
     # batch.json carries each scored output's numbers
     job = type("Job", (), {"name": "two", "given_path": "two.keras", "policy": "mixed_bfloat16", "folder": "two/b"})
-    item = entry(job, "k", report, "passed", "", 1.0)
+    item = entry(job, "k", Report.from_json(report), "passed", "", 1.0).to_json()
     assert [o["name"] for o in item["outputs"]] == ["digit", "odd"]
     assert item["outputs"][1]["before"] == report["validation"]["outputs"][1]["reference"]
 

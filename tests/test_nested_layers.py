@@ -12,12 +12,12 @@ import keras
 import nested_models as nm
 from conftest import invoke
 
-from mpconvert.configs import model_class, model_config
-from mpconvert.gate import layer_counts
-from mpconvert.options import RewriteOptions
-from mpconvert.rewrite import plan_conversion, with_sublayers
-from mpconvert.sections import Layer
-from mpconvert.trace import sublayers
+from mpconvert.keras.configs import model_class, model_config
+from mpconvert.keras.rewrite import plan_conversion, with_sublayers
+from mpconvert.keras.trace import sublayers
+from mpconvert.options.rewrite import RewriteOptions
+from mpconvert.report.gate import layer_counts
+from mpconvert.report.sections import Layer
 
 
 def _plan(model, policy="mixed_float16"):

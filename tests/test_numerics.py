@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import invoke
 
-from mpconvert.frameworks import KERAS3
-from mpconvert.numerics.lint import computes_in_float32, lint
-from mpconvert.precision import Precision
+from mpconvert.keras.frameworks import KERAS3
+from mpconvert.keras.lint import computes_in_float32, lint
+from mpconvert.options.precision import Precision
 
 FAST = ["--export", "savedmodel", "--finetune-steps", "0", "--pad-multiple", "0"]
 

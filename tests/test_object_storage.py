@@ -22,7 +22,7 @@ from moto_s3 import moto_s3
 import mpconvert
 
 SECRET = "mpconvert-url-secret-0x5EC12E7"
-FAST = ["--finetune-steps", "0", "--export", "savedmodel", "--no-speed"]
+FAST = ["--finetune-steps", "0", "--export", "savedmodel", "--no-speed", "--pad-multiple", "0"]
 
 
 class Relay:
@@ -179,7 +179,8 @@ def test_a_batch_whose_server_goes_away_keeps_the_first_error_and_leaves_no_stag
     relay = Relay(target, drop_after=20_000)
     through = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{relay.port}"}
     (model / "zoo.toml").write_text(
-        '[defaults]\nfinetune_steps = 0\nexport = ["savedmodel"]\nspeed = false\ndata = "breast_cancer.npz"\n\n'
+        '[defaults]\nfinetune_steps = 0\nexport = ["savedmodel"]\nspeed = false\npad_multiple = 0\n'
+        'data = "breast_cancer.npz"\n\n'
         '[[model]]\npath = "cancer_mlp.keras"\npolicy = ["mixed_float16", "mixed_bfloat16"]\n'
     )
     result = run(["batch", "zoo.toml", "--out", "s3://zoo/batch-dropped", "--jobs", "1"], model, through, tmp_path)
@@ -271,7 +272,7 @@ def test_conversion_save_to_a_url_uploads_it(model, s3, tmp_path):
     code = (
         "import sys, mpconvert\n"
         "c = mpconvert.convert('cancer_mlp.keras', 'mixed_bfloat16', data='breast_cancer.npz', finetune_steps=0,"
-        " speed=False)\n"
+        " speed=False, pad_multiple=0)\n"
         "c.save('s3://zoo/api', export=('savedmodel',))\n"
     )
     result = subprocess.run(

@@ -15,7 +15,6 @@ import tf_keras  # noqa: E402
 from onnx import TensorProto  # noqa: E402
 from onnx_graph import weights_by_node  # noqa: E402
 
-from mpconvert.errors import MpconvertError  # noqa: E402
 from mpconvert.onnx import export as export_mod  # noqa: E402
 from mpconvert.onnx.emulate import promote_16bit_ops  # noqa: E402
 from mpconvert.onnx.export import DEFAULT_OPSET, keras_to_onnx, layer_of, pack_16bit_constants, reject_unconverted_ops  # noqa: E402
@@ -23,6 +22,7 @@ from mpconvert.onnx.repairs import fold_cast_pairs, insert_float32_islands  # no
 from mpconvert.runners import onnx as run_mod  # noqa: E402
 from mpconvert.runners.base import RUNTIME_REFERENCE  # noqa: E402
 from mpconvert.runners.onnx import RUNTIME_CPU, RUNTIME_CUDA, cuda_usable, run_onnx  # noqa: E402
+from mpconvert.system.errors import MpconvertError  # noqa: E402
 
 KERAS = {"keras3": keras, "tf_keras": tf_keras}
 SIXTEEN_BIT = {"mixed_float16": "FLOAT16", "mixed_bfloat16": "BFLOAT16"}

@@ -11,7 +11,7 @@ import pytest
 from conftest import SAMPLES, invoke
 from onnx import TensorProto
 
-from mpconvert.schema import problems
+from mpconvert.report.schema import problems
 
 CANCER = [SAMPLES / "cancer_mlp.keras", "--data", SAMPLES / "data" / "breast_cancer.npz"]
 

@@ -14,12 +14,14 @@ from option_values import changed_values, option_fields, replaced, value_for
 import mpconvert
 from mpconvert.api import conversion_options, export_options, gate_options
 from mpconvert.batch import manifest
-from mpconvert.batch.worker import job_options, job_spec
-from mpconvert.keywords import keywords_of
-from mpconvert.options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, ConvertOptions, ExportOptions
+from mpconvert.batch.worker import WorkerSpec, job_options, job_spec
+from mpconvert.options.convert import CONVERSION_KEYWORDS, ConvertOptions
+from mpconvert.options.export import EXPORT_KEYWORDS, ExportOptions
+from mpconvert.options.gate import GATE_KEYWORDS
+from mpconvert.options.keywords import keywords_of
 from mpconvert.render.options_doc import options_markdown
 
-COMMANDS = ("convert", "inspect", "check", "batch", "batch-merge", "doctor")
+COMMANDS = ("convert", "inspect", "check", "batch", "batch-merge", "doctor", "verify", "sign")
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]+)")
 
 
@@ -80,7 +82,7 @@ def test_one_keyword_fills_every_field_that_declares_it():
 def test_a_keyword_is_declared_by_one_field_only():
     from dataclasses import dataclass
 
-    from mpconvert.keywords import keyword, table
+    from mpconvert.options.keywords import keyword, table
 
     @dataclass(frozen=True)
     class First:
@@ -115,7 +117,10 @@ def test_the_keywords_of_any_options_build_them_again(tmp_path):
     assert export_options(**keywords_of(export)) == export
     # A batch worker gets them through JSON: all but custom_objects, which a manifest refuses.
     job = manifest.Job("m", replaced(options, ("load", "custom_objects"), None), export)
-    assert job_options(json.loads(json.dumps(job_spec(job)))) == (job.options, job.export)
+    assert job_options(WorkerSpec.from_json(json.loads(json.dumps(job_spec(job).to_json())))) == (
+        job.options,
+        job.export,
+    )
 
 
 def test_keywords_of_refuses_a_field_that_no_keyword_sets(tmp_path):
@@ -208,15 +213,15 @@ def test_the_manifest_takes_each_key_with_its_declared_toml_type(tmp_path):
 
 def test_doctor_budget_defaults_to_the_timing_constant():
     from mpconvert.cli.doctor import doctor_command
-    from mpconvert.options import DEFAULT_DOCTOR_BUDGET_S as DEFAULT_BUDGET_S
+    from mpconvert.options.convert import DEFAULT_DOCTOR_BUDGET_S as DEFAULT_BUDGET_S
 
     (budget,) = [p for p in doctor_command.params if p.name == "budget"]
     assert budget.default == DEFAULT_BUDGET_S
 
 
 def test_batch_flags_are_derived_from_the_batch_options_declarations():
-    from mpconvert.batch.options import BATCH_KEYWORDS, BatchOptions
     from mpconvert.cli.batch import batch_command
+    from mpconvert.options.batch import BATCH_KEYWORDS, BatchOptions
 
     assert set(BATCH_KEYWORDS) == {"baseline", "max_regression", "executor", "ray_address"}
     params = {p.name: p for p in batch_command.params}

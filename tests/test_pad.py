@@ -13,14 +13,15 @@ import tf_keras
 import tiny_models
 from onnx_graph import io_dims, weight_initializers
 
-from mpconvert.frameworks import KERAS3, TF_KERAS
+from mpconvert.data.signature import generate_inputs, signature_of
+from mpconvert.keras.frameworks import KERAS3, TF_KERAS
+from mpconvert.keras.pad import pad, plan_model_padding
+from mpconvert.keras.rewrite import rewrite
 from mpconvert.onnx.export import keras_to_onnx
-from mpconvert.options import PadOptions, RewriteOptions
-from mpconvert.pad import pad, plan_model_padding
-from mpconvert.precision import Precision
-from mpconvert.rewrite import rewrite
+from mpconvert.options.pad import PadOptions
+from mpconvert.options.precision import Precision
+from mpconvert.options.rewrite import RewriteOptions
 from mpconvert.runners.onnx import run_onnx
-from mpconvert.signature import generate_inputs, signature_of
 
 FRAMEWORKS = {"keras3": (keras, KERAS3), "tf_keras": (tf_keras, TF_KERAS)}
 
@@ -157,7 +158,7 @@ def test_a_sequential_model_pads_like_its_functional_twin(tmp_path, reloaded):
         sequential.save(tmp_path / "sequential.keras")
         sequential = keras.models.load_model(tmp_path / "sequential.keras")
     expected = plan_model_padding(functional, KERAS3, PadOptions()).padded
-    assert [(d["layer"], d["to"]) for d in expected] == [("features", 32), ("hidden", 104), ("predictions", 16)]
+    assert [(d.layer, d.to) for d in expected] == [("features", 32), ("hidden", 104), ("predictions", 16)]
     assert plan_model_padding(sequential, KERAS3, PadOptions()).padded == expected
 
 
@@ -210,7 +211,7 @@ def test_the_cli_exports_padded_files_with_the_original_signature(tmp_path, fw, 
     else:
         model.save(str(path), save_format="tf")
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, [str(path), "--policy", policy, "--out", str(out)])
+    result = CliRunner().invoke(cli, [str(path), "--policy", policy, "--out", str(out), "--no-speed"])
     assert result.exit_code == 0, result.output
     import json
 
@@ -240,7 +241,19 @@ def test_pad_multiple_0_turns_padding_off(tmp_path):
     tiny_models.unfriendly(keras).save(path)
     out = tmp_path / "out"
     result = CliRunner().invoke(
-        cli, [str(path), "--policy", "mixed_float16", "--out", str(out), "--pad-multiple", "0", "--export", "onnx"]
+        cli,
+        [
+            str(path),
+            "--policy",
+            "mixed_float16",
+            "--out",
+            str(out),
+            "--pad-multiple",
+            "0",
+            "--export",
+            "onnx",
+            "--no-speed",
+        ],
     )
     assert result.exit_code == 0, result.output
     import json

@@ -6,8 +6,9 @@ import sys
 import pytest
 from pad_nets import Net
 
-from mpconvert.options import PadOptions
-from mpconvert.pad import LayerGraph, plan_padding
+from mpconvert.keras.pad import LayerGraph, plan_padding
+from mpconvert.options.pad import PadOptions
+from mpconvert.report.sections.stages import PaddedDim, SkippedDim
 
 FORMATS = ["keras3", "tf_keras"]
 
@@ -25,9 +26,9 @@ def classifier(fmt: str) -> LayerGraph:
 def test_a_classifier_is_padded_with_flops_and_slice_by_hand(fmt):
     plan = plan_padding(classifier(fmt), PadOptions())
     assert plan.padded == (
-        {"layer": "features", "dim": "features", "from": 30, "to": 32},
-        {"layer": "hidden", "dim": "units", "from": 100, "to": 104},
-        {"layer": "predictions_linear", "dim": "units", "from": 10, "to": 16},
+        PaddedDim("features", "features", 30, 32),
+        PaddedDim("hidden", "units", 100, 104),
+        PaddedDim("predictions_linear", "units", 10, 16),
     )
     assert plan.skipped == ()
     assert plan.sizes == {"hidden": 104, "predictions_linear": 16}
@@ -47,14 +48,11 @@ def test_a_small_budget_takes_the_cheapest_spaces_and_names_the_flops_of_the_res
     # predictions_linear +600. hidden and features together: 32*104 + 104*10
     # = 4368 (+9.2%); all three reach 4992 (+24.8%), over 10%.
     plan = plan_padding(classifier(fmt), PadOptions(max_overhead=0.1))
-    assert [(d["layer"], d["to"]) for d in plan.padded] == [("features", 32), ("hidden", 104)]
+    assert [(d.layer, d.to) for d in plan.padded] == [("features", 32), ("hidden", 104)]
     assert plan.skipped == (
-        {
-            "layer": "predictions_linear",
-            "dim": "units",
-            "from": 10,
-            "reason": "would raise the model's FLOPs to +24.8% (over --max-pad-overhead 0.1)",
-        },
+        SkippedDim(
+            "predictions_linear", "units", 10, "would raise the model's FLOPs to +24.8% (over --max-pad-overhead 0.1)"
+        ),
     )
     assert plan.slices == () and plan.padded_flops == 4368
 
@@ -69,8 +67,8 @@ def test_an_add_of_different_widths_skips_both_branches(fmt):
     plan = plan_padding(net.graph(net("Dense", "value", total, shape=(8,), units=8)), PadOptions())
     reason = "joined channels have different widths [1, 30]"
     assert plan.skipped == (
-        {"layer": "gate", "dim": "units", "from": 1, "reason": reason},
-        {"layer": "wide", "dim": "units", "from": 30, "reason": reason},
+        SkippedDim("gate", "units", 1, reason),
+        SkippedDim("wide", "units", 30, reason),
     )
     assert plan.padded == () and plan.empty
 
@@ -83,18 +81,8 @@ def test_a_layernorm_after_a_dense_skips_it_with_its_reason(fmt):
     h = net("LayerNormalization", "ln", h, shape=(100,), axis=-1)
     plan = plan_padding(net.graph(net("Dense", "predictions", h, shape=(4,), units=4)), PadOptions())
     assert plan.skipped == (
-        {
-            "layer": "dense100",
-            "dim": "units",
-            "from": 100,
-            "reason": "feeds LayerNormalization 'ln', which normalizes across this axis",
-        },
-        {
-            "layer": "predictions",
-            "dim": "units",
-            "from": 4,
-            "reason": "narrower than the multiple (4 < 8); padding would not pay",
-        },
+        SkippedDim("dense100", "units", 100, "feeds LayerNormalization 'ln', which normalizes across this axis"),
+        SkippedDim("predictions", "units", 4, "narrower than the multiple (4 < 8); padding would not pay"),
     )
     assert plan.padded == ()
 
@@ -109,7 +97,7 @@ def test_a_layer_with_two_inbound_nodes_is_called_more_than_once(fmt):
     assert graph.layers["shared"].calls == 2
     plan = plan_padding(graph, PadOptions())
     # shared keeps its width without a skip entry: a layer called twice is not a producer
-    assert {s["layer"]: s["reason"] for s in plan.skipped} == {
+    assert {s.layer: s.reason for s in plan.skipped} == {
         "left": "feeds Dense 'shared', which is called more than once",
         "right": "feeds Dense 'shared', which is called more than once",
         "score": "narrower than the multiple (1 < 8); padding would not pay",
@@ -139,14 +127,14 @@ def test_conv_flops_come_from_kernel_size_and_depth_multiplier(fmt):
     assert plan.flops == 51840 + 111360 + 20
     # padded: 3*3*3*32 * 64, (3*3*32*2 + 32*2*24) * 64, 24*1
     assert plan.padded_flops == 55296 + 135168 + 24
-    assert [(d["layer"], d["to"]) for d in plan.padded] == [("conv30", 32), ("sep20", 24)]
-    assert {s["layer"]: s["reason"] for s in plan.skipped} == {
+    assert [(d.layer, d.to) for d in plan.padded] == [("conv30", 32), ("sep20", 24)]
+    assert {s.layer: s.reason for s in plan.skipped} == {
         "image": "narrower than the multiple (3 < 8); padding would not pay",
         "value": "narrower than the multiple (1 < 8); padding would not pay",
     }
 
 
 def test_planning_imports_no_tensorflow():
-    code = "import sys, mpconvert.pad; sys.exit(sorted({'tensorflow', 'keras', 'tf_keras'} & set(sys.modules)) or None)"
+    code = "import sys, mpconvert.keras.pad; sys.exit(sorted({'tensorflow', 'keras', 'tf_keras'} & set(sys.modules)) or None)"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

@@ -19,9 +19,9 @@ from conftest import SAMPLES, invoke
 
 import mpconvert
 from mpconvert.api import conversion_options, export_options
-from mpconvert.digests import digest
-from mpconvert.options import EXPORT_KEYWORDS
-from mpconvert.report import Report
+from mpconvert.options.export import EXPORT_KEYWORDS
+from mpconvert.report.report import Report
+from mpconvert.system.digests import digest
 
 FLAGS = ("avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
 

@@ -17,13 +17,14 @@ import tiny_models
 from conftest import console_script
 
 import mpconvert
-from mpconvert.replay_inputs import replay_inputs
-from mpconvert.sections import InputFile
+from mpconvert.commands.replay import replay_inputs
+from mpconvert.report.sections import InputFile
 
 # A's module, imported with --import; B's of the same name would stop any run that imported it.
 MODULE_A = "ROWS_FROM = 'A'\n"
 MODULE_B = 'raise SystemExit("the replay imported the module of the folder it ran in")\n'
 FAST = ["--policy", "mixed_float16", "--finetune-steps", "3", "--no-speed", "--export", "savedmodel"]
+FAST += ["--pad-multiple", "0"]  # no test here reads the padding
 
 
 def run(*args, cwd) -> subprocess.CompletedProcess:
@@ -51,10 +52,22 @@ def folder_a(tmp_path_factory):
     return a
 
 
-def test_a_replay_from_another_folder_reads_the_recorded_files(folder_a, tmp_path):
-    b = tmp_path / "B"
-    b.mkdir()
-    proc = run("replay", folder_a / "conv", "--out", "again", "--json", cwd=b)
+@pytest.fixture(scope="module")
+def replayed_in_b(folder_a, tmp_path_factory):
+    """One replay run from folder B, which holds a same-named data file (120 rows) and module of its own.
+
+    Read by the two tests below: reading A's recorded files from B and never B's decoys are one run's results.
+    """
+    b = tmp_path_factory.mktemp("B")
+    (b / "data").mkdir()
+    x, y = tiny_models.separable_data(120, 8, 3, seed=7)
+    np.savez(b / "data" / "clf.npz", x=x, y=y, x_train=x, y_train=y)
+    (b / "clf_helper.py").write_text(MODULE_B)
+    return b, run("replay", folder_a / "conv", "--out", "again", "--json", cwd=b)
+
+
+def test_a_replay_from_another_folder_reads_the_recorded_files(folder_a, replayed_in_b):
+    b, proc = replayed_in_b
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["passed"] is True
     report = json.loads((b / "again" / "report.json").read_text())
@@ -63,13 +76,8 @@ def test_a_replay_from_another_folder_reads_the_recorded_files(folder_a, tmp_pat
     assert report["provenance"]["modules"]["clf_helper"]["path"] == str(folder_a / "clf_helper.py")
 
 
-def test_a_same_named_data_file_and_module_in_the_replay_s_folder_are_never_used(folder_a, tmp_path):
-    b = tmp_path / "B"
-    (b / "data").mkdir(parents=True)
-    x, y = tiny_models.separable_data(120, 8, 3, seed=7)
-    np.savez(b / "data" / "clf.npz", x=x, y=y, x_train=x, y_train=y)
-    (b / "clf_helper.py").write_text(MODULE_B)
-    proc = run("replay", folder_a / "conv", "--out", "again", "-q", cwd=b)
+def test_a_same_named_data_file_and_module_in_the_replay_s_folder_are_never_used(replayed_in_b):
+    b, proc = replayed_in_b
     assert proc.returncode == 0, proc.stderr
     assert rows_of(b / "again") == 200  # A's rows: B's file holds 120
 

@@ -10,11 +10,11 @@ import pytest
 import tf_keras
 import tiny_models
 
-from mpconvert.errors import MpconvertError
-from mpconvert.frameworks import KERAS3, TF_KERAS
-from mpconvert.options import RewriteOptions
-from mpconvert.rewrite import apply_plan, plan_conversion, rewrite
-from mpconvert.signature import generate_inputs, signature_of
+from mpconvert.data.signature import generate_inputs, signature_of
+from mpconvert.keras.frameworks import KERAS3, TF_KERAS
+from mpconvert.keras.rewrite import apply_plan, plan_conversion, rewrite
+from mpconvert.options.rewrite import RewriteOptions
+from mpconvert.system.errors import MpconvertError
 
 FRAMEWORKS = [pytest.param((keras, KERAS3), id="keras3"), pytest.param((tf_keras, TF_KERAS), id="tf_keras")]
 COMPUTE = {"mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}

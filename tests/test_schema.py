@@ -12,9 +12,9 @@ from conftest import broken_reports, invoke
 from reports import make_report, stored, write
 
 from mpconvert.batch.results import read_batch
-from mpconvert.errors import MpconvertError
-from mpconvert.schema import SCHEMA_VERSION, problems, schema
-from mpconvert.stored import read_report
+from mpconvert.report.read import read_report
+from mpconvert.report.schema import SCHEMA_VERSION, problems, schema
+from mpconvert.system.errors import MpconvertError
 
 
 def test_the_schemas_ship_in_the_package_and_are_draft_2020_12():

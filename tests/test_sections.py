@@ -18,11 +18,12 @@ from conftest import SAMPLES
 
 import mpconvert
 from mpconvert.api import conversion_options, export_options
-from mpconvert.options import AutoKeepMode, SaveOptions
+from mpconvert.options.export import SaveOptions
+from mpconvert.options.rewrite import AutoKeepMode
 from mpconvert.pipeline import convert, convert_and_save
-from mpconvert.report import Report
-from mpconvert.schema import problems
-from mpconvert.sections import FinetuneKept, SearchOutcome, Validation
+from mpconvert.report.report import Report
+from mpconvert.report.schema import problems
+from mpconvert.report.sections import FinetuneKept, SearchOutcome, Validation
 
 CANCER = SAMPLES / "cancer_mlp.keras"
 CANCER_DATA = SAMPLES / "data" / "breast_cancer.npz"
@@ -129,12 +130,12 @@ def test_an_old_report_is_judged_by_the_rules_of_its_time(classifier):
     # Without the harm counts: agreement, as then.
     v = report.validation
     assert now["agreement"].message.startswith(f"predictions agree on {v.agreement:.2%} of {v.rows} rows")
-    assert now["agreement"].values["rows"] == v.rows
+    assert now["agreement"].values.rows == v.rows
     # Without max_abs_ref: the atol alone.
     for artifact in report.artifacts:
         name = f"artifact parity: {artifact.kind}"
-        assert now[name].values["max_abs_ref"] == 0.0
-        assert now[name].values["limit"] == report.thresholds.atol[artifact.kind]
+        assert now[name].values.max_abs_ref == 0.0
+        assert now[name].values.limit == report.thresholds.atol[artifact.kind]
     for name in set(before) - {"agreement"} - {n for n in before if n.startswith("artifact parity")}:
         assert now[name] == before[name], name
     assert again.thresholds.min_speedup is None

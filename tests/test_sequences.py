@@ -19,13 +19,13 @@ import pytest
 import sequence_models as sm
 from conftest import invoke, refused
 
-from mpconvert import tokens
-from mpconvert.errors import MpconvertError
-from mpconvert.options import Metric
-from mpconvert.sections import OutputValidation, Validation
-from mpconvert.signature import TensorSpec
-from mpconvert.tasks import IGNORED, Task, TaskKind, TokenPadding, check_labels, padding_of
-from mpconvert.validate import choose_metric, compare_output
+from mpconvert.data import tokens
+from mpconvert.data.signature import TensorSpec
+from mpconvert.data.tasks import IGNORED, Task, TaskKind, TokenPadding, check_labels, padding_of
+from mpconvert.options.validate import Metric
+from mpconvert.report.measure import choose_metric, compare_output
+from mpconvert.report.sections import OutputValidation, Validation
+from mpconvert.system.errors import MpconvertError
 
 X = IGNORED
 # 2 rows of 4 positions, 3 classes; the last positions of each row are padding (their scores are garbage).
@@ -81,8 +81,8 @@ def test_agreement_and_harm_count_tokens_not_rows():
 
 
 def test_the_gate_says_tokens_and_a_report_with_more_tokens_than_rows_is_consistent():
-    from mpconvert.consistency import _counts
-    from mpconvert.gate import check_agreement
+    from mpconvert.report.consistency import _counts
+    from mpconvert.report.gate import check_agreement
 
     converted = PROBABILITIES.copy()
     converted[1, 0] = [0.6, 0.3, 0.1]
@@ -217,8 +217,8 @@ def _real_token_figures(model_path, inputs, y, mask, from_logits):
 def test_the_masked_fine_tuning_loss_is_keras_cross_entropy_over_the_real_tokens(zoo):
     import keras
 
-    from mpconvert.finetune import Trainer, token_weights, training_labels
-    from mpconvert.frameworks import KERAS3
+    from mpconvert.keras.finetune import Trainer, token_weights, training_labels
+    from mpconvert.keras.frameworks import KERAS3
 
     model = keras.models.load_model(zoo / "tagger.keras", compile=False)
     x, y = sm.tagger_data(8, 9)

@@ -23,7 +23,7 @@ from moto_s3 import moto_s3
 
 from mpconvert.batch.shards import shard_from_environment
 from mpconvert.batch.storage import open_root
-from mpconvert.errors import MpconvertError
+from mpconvert.system.errors import MpconvertError
 
 RECIPES = REPO / "docs" / "recipes"
 SECRET = "mpconvert-test-secret-0x5EC12E7"
@@ -34,6 +34,7 @@ ZOO = """
 finetune_steps = 0
 export = ["savedmodel"]
 speed = false
+pad_multiple = 0
 data = "breast_cancer.npz"
 
 [[model]]
@@ -177,9 +178,12 @@ def side_by_side(commands: list[tuple[list[str], dict]], zoo: Path, tmp: Path, *
 def read_combined(root: str) -> dict:
     summary = open_root(root).read_batch("batch.json")
     assert summary is not None, f"no combined batch.json in {root}"
-    return summary
+    return summary.to_json()
 
 
+# The same path as the Kubernetes case below (and test_shard_auto_reads_each_scheduler covers
+# the variable); both in `make test-full`, one in every run.
+@pytest.mark.full
 def test_two_slurm_array_tasks_into_one_local_root_are_one_batch(zoo, unsharded, tmp_path):
     root = tmp_path / "zoo-out"
     results = side_by_side(slurm_commands(str(root), str(zoo / "zoo.toml")), zoo, tmp_path)
@@ -304,7 +308,7 @@ def test_a_task_killed_with_sigkill_and_retried_redoes_nothing_it_finished(zoo, 
 
     def shard1_done() -> list[str]:
         summary = open_root(root).read_batch("shards/1-of-2/batch.json")
-        return [m["folder"] for m in summary["models"]] if summary else []
+        return [m.folder for m in summary.models] if summary else []
 
     deadline = time.monotonic() + 300
     while not shard1_done() and time.monotonic() < deadline and task1.poll() is None:

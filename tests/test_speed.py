@@ -10,6 +10,7 @@ hardware facts.
 import importlib
 import json
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -20,28 +21,26 @@ from click.testing import CliRunner
 from junitparser import JUnitXml
 from reports import make_report, stored, thresholds, typed, write
 
-from mpconvert import doctor
 from mpconvert.cli import cli
-from mpconvert.errors import MpconvertError
-from mpconvert.gate import SPEED, evaluate
-from mpconvert.gate_options import GateOptions
-from mpconvert.precision import POLICIES
+from mpconvert.commands import doctor
+from mpconvert.keras.activation_memory import COMPUTED, activation_bytes, activation_memory
+from mpconvert.options.gate import GateOptions, Thresholds
+from mpconvert.options.precision import POLICIES
 from mpconvert.render import markdown, render_summary, speed_line, write_junit
-from mpconvert.sections.speed import Latency
+from mpconvert.report.doctor import Bench, Timed
+from mpconvert.report.gate import SPEED, evaluate
+from mpconvert.report.sections.speed import Latency
 from mpconvert.speed import (
-    COMPUTED,
     Gpu,
     Hardware,
     PathSpeed,
     Speed,
-    activation_bytes,
-    activation_memory,
     fast_units,
     measure_speed,
     read_cpu,
     warning_for,
 )
-from mpconvert.thresholds import Thresholds
+from mpconvert.system.errors import MpconvertError
 
 ROWS = 100
 BATCH = 64
@@ -65,9 +64,9 @@ def timed_pairs(original, model, paths=("keras", "savedmodel")):
 
 
 def converted(K, policy):
-    from mpconvert.frameworks import KERAS3, TF_KERAS
-    from mpconvert.options import RewriteOptions
-    from mpconvert.rewrite import rewrite
+    from mpconvert.keras.frameworks import KERAS3, TF_KERAS
+    from mpconvert.keras.rewrite import rewrite
+    from mpconvert.options.rewrite import RewriteOptions
 
     original = dense(K)
     framework = KERAS3 if K.__name__ == "keras" else TF_KERAS
@@ -162,7 +161,7 @@ def test_activation_memory_is_computed_from_output_shapes_and_dtypes(K):
     # Converted: hidden in float16 (2 bytes); the model output stays float32.
     converted_bytes = batch * (16 * 2 + 4 * 4)  # 3072
     found = activation_memory(original, model, batch)
-    assert found == {
+    assert found.to_json() == {
         "batch": batch,
         "float32_bytes": float32_bytes,
         "converted_bytes": converted_bytes,
@@ -196,15 +195,15 @@ def test_a_dynamic_dimension_is_listed_not_guessed():
 def test_onnx_speed_times_the_file_against_a_float32_export(tmp_path, policy):
     import keras
 
-    from mpconvert.formats import ModelFormat
-    from mpconvert.frameworks import KERAS3
-    from mpconvert.kinds.keras import KerasKind
-    from mpconvert.load import Loaded
+    from mpconvert.data.formats import ModelFormat
+    from mpconvert.data.signature import signature_of
+    from mpconvert.keras.frameworks import KERAS3
+    from mpconvert.keras.kind import KerasKind
+    from mpconvert.keras.load import Loaded
     from mpconvert.onnx.export import keras_to_onnx
     from mpconvert.pipeline import bench_onnx
     from mpconvert.runners.keras import input_specs
     from mpconvert.runners.onnx import cuda_usable
-    from mpconvert.signature import signature_of
 
     original, model, rows = converted(keras, policy)
     path = tmp_path / "model.onnx"
@@ -296,16 +295,14 @@ def layers(float16, bfloat16):
 
     def entry(speedup):
         if speedup is None:
-            return {"ms": None, "speedup": None, "note": "not supported: no kernel"}
-        return {"ms": 10.0 / speedup, "speedup": speedup, "note": None}
+            return Timed(None, None, "not supported: no kernel")
+        return Timed(10.0 / speedup, speedup, None)
 
     return {
-        case: {
-            "what": f"a {case} layer",
-            "float32": entry(1.0),
-            "mixed_float16": entry(float16[i]),
-            "mixed_bfloat16": entry(bfloat16[i]),
-        }
+        case: Bench(
+            f"a {case} layer",
+            {"float32": entry(1.0), "mixed_float16": entry(float16[i]), "mixed_bfloat16": entry(bfloat16[i])},
+        )
         for i, case in enumerate(("dense", "conv"))
     }
 
@@ -321,8 +318,8 @@ def test_the_doctor_recommends_the_policy_measured_faster_on_layers():
         "mixed_float16 will not pay here: dense 0.50x, conv 0.80x of float32's speed "
         "(no float16 units on this CPU: neither avx512_fp16 nor amx_fp16)"
     )
-    assert found.policies["mixed_bfloat16"]["speedup"] == pytest.approx((1.7 * 1.2) ** 0.5, abs=1e-3)
-    assert found.policies["mixed_float16"]["pays"] is False
+    assert found.policies["mixed_bfloat16"].speedup == pytest.approx((1.7 * 1.2) ** 0.5, abs=1e-3)
+    assert found.policies["mixed_float16"].pays is False
 
 
 def test_the_doctor_keeps_float32_when_nothing_pays():
@@ -338,22 +335,22 @@ def test_the_doctor_says_not_supported_for_a_missing_kernel():
     assert "mixed_bfloat16 will not pay here: dense not supported, conv not supported" in found.lines[1]
     # A policy that runs the Dense fast but has no conv kernel does not pay.
     partial = doctor.recommend(PLAIN_CPU, layers(float16=(0.5, 0.5), bfloat16=(2.0, None)))
-    assert partial.policy is None and partial.policies["mixed_bfloat16"]["speedup"] is None
+    assert partial.policy is None and partial.policies["mixed_bfloat16"].speedup is None
 
 
 def test_a_pathological_kernel_is_named_with_its_fixes_first():
     # The Xeon's figures: a float16 Dense 67x slower than float32, bfloat16 fine.
     timed = layers(float16=(1 / 67, 0.9), bfloat16=(1.3, 1.1))
-    fixed = {"dense": {"mixed_float16": {"speedup": 1.2}}}
+    fixed = {"dense": Bench("a dense layer", {"mixed_float16": Timed(8.3, 1.2)})}
     found = doctor.explain_pathologies(timed, fixed)
-    assert [(f["layer"], f["policy"], f["slower"]) for f in found] == [("dense", "mixed_float16", 67.0)]
-    assert found[0]["summary"] == (
+    assert [(f.layer, f.policy, f.slower) for f in found] == [("dense", "mixed_float16", 67.0)]
+    assert found[0].summary == (
         "mixed_float16's dense kernel is 67x slower than float32 here (a dense layer): a broken kernel, "
         "not a missing speed-up; mixed_bfloat16 runs it at 1.30x of float32's speed; "
         "with TF_ENABLE_ONEDNN_OPTS=0 mixed_float16 runs it at 1.20x"
     )
     advice = doctor.recommend(PLAIN_CPU, timed, found=found)
-    assert advice.lines[0] == found[0]["summary"] and advice.pathologies[0]["onednn_off_speedup"] == 1.2
+    assert advice.lines[0] == found[0].summary and advice.pathologies[0].onednn_off_speedup == 1.2
     assert (
         doctor.explain_pathologies(layers(float16=(0.3, 0.9), bfloat16=(1.0, 1.0)), {}) == []
     )  # 3.3x: slow, not broken
@@ -454,14 +451,33 @@ def test_doctor_model_times_the_users_model_under_each_policy(tmp_path):
         assert entry["ms"] > 0 and entry["speedup"] == pytest.approx(
             found["policies"]["float32"]["ms"] / entry["ms"], rel=2e-3
         )
-    best = found["recommended_policy"]
-    if best and not found["recommended_setting"]:
-        assert found["policies"][best]["speedup"] >= 1.1
-    assert (best or "keep float32") in found["recommendation"]
-    short = json.loads(CliRunner().invoke(cli, ["doctor", str(path), "--json", "--budget", "0.000001"]).stdout)
+    # The IR each policy's conversion writes (--export openvino), timed against float32 in the same child.
+    assert set(found["openvino"]) == set(POLICIES) and found["openvino_note"] is None
+    for ir in found["openvino"].values():
+        assert ir["ms"] > 0 and ir["precision"] in ("bf16", "f16", "f32")
+        assert ir["speedup"] > 0 and ir["speedup"] == pytest.approx(ir["float32_ms"] / ir["ms"], rel=2e-3)
+    # The line names the fastest of every figure in the JSON: the policy and the runtime.
+    ways = [(ir["speedup"], p, "openvino") for p, ir in found["openvino"].items()]
+    for policy in POLICIES:
+        entry = found["policies"][policy]
+        ways += [(s, policy, "tensorflow") for s in (entry["speedup"], (entry["with_fix"] or {}).get("speedup")) if s]
+    speedup, policy, runtime = max(ways)
+    said = found["recommendation"]
+    if speedup >= 1.1:
+        assert (found["recommended_policy"], found["recommended_runtime"]) == (policy, runtime)
+        assert said.startswith(policy) and f"{speedup:.2f}x" in said.split(";")[0]
+        assert ("served by OpenVINO" in said.split(";")[0]) == (runtime == "openvino")
+    else:
+        assert found["recommended_policy"] is None and said.startswith("keep float32")
+    with pytest.MonkeyPatch.context() as hidden:  # no openvino package: the line says what would add it
+        hidden.setitem(sys.modules, "openvino", None)
+        result = CliRunner().invoke(cli, ["doctor", str(path), "--json", "--budget", "0.000001"])
+    assert result.exit_code == 0, result.output
+    short = json.loads(result.stdout)
     assert "the 1e-06 s budget ran out before mixed_" in short["cut_short"]
     assert short["policies"]["float32"]["ms"] > 0
     assert all(short["policies"][p]["ms"] is None for p in POLICIES)
+    assert short["openvino"] == {} and "pip install 'mpconvert[openvino]'" in short["openvino_note"]
 
 
 # --- the speed gate, on hand-written reports ---------------------------------------------------
@@ -500,7 +516,7 @@ def speed_checks(speed, min_speedup):
 def test_the_speed_check_judges_the_savedmodel_path(min_speedup, passed):
     check = speed_checks(SPEED_SECTION, min_speedup)[SPEED]
     assert check.passed is passed
-    assert check.values["path"] == "savedmodel" and check.values["ratio"] == 1.6
+    assert check.values.path == "savedmodel" and check.values.ratio == 1.6
     sign = ">=" if passed else "<"
     assert check.message == (
         f"savedmodel 1.60x as fast as float32 (52 ms -> 32.5 ms, batch 256, CPU: AMD EPYC) {sign} min {min_speedup:.2f}x"
@@ -511,13 +527,13 @@ def test_the_speed_check_falls_back_to_the_keras_path():
     speed = json.loads(json.dumps(SPEED_SECTION))
     speed["paths"]["savedmodel"].update(converted_ms=None, ratio=None, note="not timed")
     check = speed_checks(speed, 1.3)[SPEED]
-    assert not check.passed and check.values["path"] == "keras"
+    assert not check.passed and check.values.path == "keras"
     assert check.message.startswith("keras 1.20x as fast as float32") and check.message.endswith("< min 1.30x")
 
 
 def test_the_speed_check_fails_when_speed_was_not_measured():
     check = speed_checks(None, 1.2)[SPEED]
-    assert not check.passed and check.values["ratio"] is None
+    assert not check.passed and check.values.ratio is None
     assert check.message.startswith("speed was not measured")
 
 
@@ -538,8 +554,7 @@ def test_old_thresholds_load_and_the_option_overrides_them():
 
 def test_the_speed_check_is_a_junit_case_and_a_markdown_row(tmp_path):
     report = make_report(validation={"drop": 0.0}, speed=SPEED_SECTION)
-    gate = evaluate(typed(report, thresholds(min_speedup=2.0)), thresholds(min_speedup=2.0))
-    judged = {**report, "passed": gate.passed, "gate": gate.as_dict()}
+    judged = typed(report, thresholds(min_speedup=2.0))
     write_junit(judged, tmp_path / "junit.xml")
     (suite,) = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
     assert [case.name for case in suite if not case.is_passed] == [SPEED]
@@ -553,19 +568,18 @@ def test_the_speed_check_is_a_junit_case_and_a_markdown_row(tmp_path):
 
 def test_the_summary_line_for_speed_and_memory(capsys):
     report = make_report(speed=SPEED_SECTION)
-    assert speed_line(report) == (
+    assert speed_line(typed(report)) == (
         "speed (CPU, batch 256): keras 1.20x, savedmodel 1.60x faster than float32; activations 0.50x (computed)"
     )
     slower = json.loads(json.dumps(SPEED_SECTION))
-    for path in slower["paths"].values():
-        path["ratio"] = 0.5
+    for path in slower["paths"].values():  # the ratio is float32_ms / converted_ms
+        path["converted_ms"] = 2 * path["float32_ms"]
     slower["paths"]["onnx"] = {"float32_ms": 1.0, "converted_ms": None, "ratio": None, "runtime": "x", "note": "n"}
-    assert speed_line(make_report(speed=slower)).startswith(
+    assert speed_line(typed(make_report(speed=slower))).startswith(
         "speed (CPU, batch 256): keras 0.50x, savedmodel 0.50x float32's speed (slower); onnx not timed"
     )
-    assert speed_line(make_report()) is None
-    gate = evaluate(typed(report, thresholds()), thresholds())
-    render_summary({**report, "passed": gate.passed, "gate": gate.as_dict()})
+    assert speed_line(typed(make_report())) is None
+    render_summary(typed(report, thresholds()))
     assert "speed (CPU, batch 256): keras 1.20x" in capsys.readouterr().out
 
 

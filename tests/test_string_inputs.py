@@ -19,12 +19,12 @@ import pytest
 import tensorflow as tf
 from conftest import invoke, refused
 
-from mpconvert.errors import MpconvertError
-from mpconvert.onnx.checks import NotExportable
+from mpconvert.data.signature import Signature, TensorSpec, generate_inputs
+from mpconvert.data.tasks import check_input
 from mpconvert.onnx.export import keras_to_onnx
+from mpconvert.onnx.graph_checks import NotExportable
 from mpconvert.runners.onnx import run_onnx
-from mpconvert.signature import Signature, TensorSpec, generate_inputs
-from mpconvert.tasks import check_input
+from mpconvert.system.errors import MpconvertError
 
 COLOR = TensorSpec("color", (None, 1), "string")
 
@@ -279,7 +279,7 @@ def test_the_api_takes_a_dataset_of_text_and_a_live_model(text_model):
 
 
 def test_the_large_batch_counts_text_at_four_bytes_a_character():
-    from mpconvert.artifacts import LARGE_BATCH, large_batch
+    from mpconvert.export.artifacts import LARGE_BATCH, large_batch
 
     short = [np.array([["red"]] * 3), np.zeros((3, 1), np.float32)]
     assert large_batch(short) == LARGE_BATCH  # 12 + 4 bytes a row: far below 64 MiB at 4096 rows

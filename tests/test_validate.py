@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from mpconvert.data import Split, Task
-from mpconvert.gate import check_accuracy, check_agreement
-from mpconvert.signature import TensorSpec
-from mpconvert.validate import Validation, compare
+from mpconvert.data.rows import Split, Task
+from mpconvert.data.signature import TensorSpec
+from mpconvert.report.gate import check_accuracy, check_agreement
+from mpconvert.report.measure import Validation, compare
 
 SOFTMAX = Task("softmax", TensorSpec("p", (None, 3), "float32"))
 REGRESSION = Task("regression", TensorSpec("v", (None, 1), "float32"))
@@ -153,7 +153,7 @@ def test_harming_6_of_60_right_rows_keeps_90_percent(min_agreement, passed):
     assert check.message == (
         f"kept 90.00% of the 60 rows the float32 model got right (6 harmed, 10 fixed) {sign} min {min_agreement:.2%}"
     )
-    assert check.values == {
+    assert check.values.to_json() == {
         "kept_correct": 0.9,
         "min_agreement": min_agreement,
         "rows": 60,

@@ -24,8 +24,8 @@ import tiny_models
 from conftest import SAMPLES, invoke
 
 import mpconvert
+from mpconvert.report.schema import problems
 from mpconvert.runners.onnx import cuda_usable
-from mpconvert.schema import problems
 
 
 def sha256(path: Path) -> str:
@@ -84,14 +84,16 @@ def test_an_untouched_folder_passes_with_percentiles_memory_and_versions(folder)
         assert latency["p50_ms"] <= latency["p90_ms"] <= latency["p99_ms"] <= max(calls) + 1e-3
         assert latency["rows_per_s"] == pytest.approx(64 * len(calls) / (sum(calls) / 1000), rel=1e-3)
         assert latency["p50_ms"] > 0
-        # Loading a model and opening its session grows a process by megabytes, never by nothing.
-        assert artifact["memory"]["rss_growth_bytes"] > 0
+        # verify's own process (the test's here) may reuse what earlier tests freed: growth is never negative.
+        assert artifact["memory"]["rss_growth_bytes"] >= 0
         # The drift here is the conversion's own: the same rows, the same converted outputs.
         for output in artifact["drift"].values():
             assert output["here"] == pytest.approx(output["converted"], abs=limit)
     assert ran["onnx"]["runtime"].startswith("onnxruntime:")
     # The ONNX file ran, was timed and measured in its own child process; the SavedModel in verify's.
     assert "of the child process that ran it" in ran["onnx"]["memory"]["method"]
+    # A fresh child that loads a model and opens its session grows by megabytes, never by nothing.
+    assert ran["onnx"]["memory"]["rss_growth_bytes"] > 1_000_000
     assert "of this process" in ran["savedmodel"]["memory"]["method"]
     assert found["versions"] == {}  # verified where it was converted
     assert found["machine"]["here"]["cpu"] == found["machine"]["converted"]["cpu"]
@@ -270,7 +272,9 @@ def test_a_broken_kernel_the_conversion_found_is_named_where_onednn_is_on(tmp_pa
     # A threshold under any real ratio makes the guard report a finding; in-process it cannot restart.
     monkeypatch.setenv("MPCONVERT_SLOW_KERNEL_RATIO", "0.0001")
     data = SAMPLES / "data" / "breast_cancer.npz"
-    out = convert(SAMPLES / "cancer_mlp.keras", data, tmp_path / "out", "--finetune-steps", "0", "--no-speed")
+    # Only the ONNX file is verified below: the SavedModel and .keras exports would add seconds and no check.
+    args = ("--finetune-steps", "0", "--no-speed", "--export", "onnx")
+    out = convert(SAMPLES / "cancer_mlp.keras", data, tmp_path / "out", *args)
     assert json.loads((out / "report.json").read_text())["slow_kernel"]["found"] is not None
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     code, found = verified(out, "--artifacts", "onnx")

@@ -15,20 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..api import conversion_options, export_options
-from ..data import is_callable_spec
-from ..errors import MpconvertError
-from ..load import detect_format
-from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, ConvertOptions, ExportOptions
-from ..precision import POLICIES
+from mpconvert.api import conversion_options, export_options
+from mpconvert.data.formats import detect_format
+from mpconvert.data.rows import is_callable_spec
+from mpconvert.options.convert import CONVERSION_KEYWORDS, ConvertOptions
+from mpconvert.options.export import EXPORT_KEYWORDS, ExportOptions
+from mpconvert.options.precision import POLICIES
+from mpconvert.system.errors import MpconvertError
 
 # Every keyword of a conversion and its export, as the Python API and the manifest spell them.
 CONVERSION_KEYS = tuple(CONVERSION_KEYWORDS)
 EXPORT_KEYS = tuple(EXPORT_KEYWORDS)
 OPTION_KEYS = ("policy", *CONVERSION_KEYS, *EXPORT_KEYS)
 MODEL_KEYS = ("path", "name", *OPTION_KEYS)
-# Options that name files: relative to the manifest, and hashed by content.
-PATH_KEYS = ("data", "baseline")
+# Options that name files: relative to the manifest, and hashed by content (declared with file=True).
+PATH_KEYS = tuple(key for key, spec in CONVERSION_KEYWORDS.items() if spec.file)
 # What each key's TOML value must be (the conversion then checks the ranges).
 _TYPES: dict[str, tuple[type, ...]] = {
     "path": (str,),

@@ -19,6 +19,7 @@ model's verdict and is not retried.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -33,8 +34,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import MpconvertError
-from ..writing import writing
+from mpconvert.batch.worker import WorkerSpec
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.writing import writing
 
 RETRIES = 3  # Ray's own default for a task whose worker died
 _CONNECT_SECONDS = 5.0
@@ -54,14 +56,11 @@ def convert_remotely(spec: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix=_PREFIX) as tmp:
         work = Path(tmp)
         (work / "pid").write_text(str(os.getpid()))
-        spec = {
-            **spec,
-            "out": str(work / "out"),
-            "result": str(work / "result.json"),
-            "parent": os.getpid(),
-        }
-        (work / "spec.json").write_text(json.dumps(spec))
-        cwd = spec["cwd"] if Path(spec["cwd"]).is_dir() else tmp
+        here = dataclasses.replace(
+            WorkerSpec.from_json(spec), out=str(work / "out"), result=str(work / "result.json"), parent=os.getpid()
+        )
+        (work / "spec.json").write_text(json.dumps(here.to_json()))
+        cwd = here.cwd if here.cwd and Path(here.cwd).is_dir() else tmp
         with (work / "log").open("w") as log:
             code = subprocess.run(
                 [sys.executable, "-m", "mpconvert.batch.worker", str(work / "spec.json")],
@@ -218,8 +217,10 @@ class RayExecutor:
         """Jobs at a time: the cluster's CPUs, one per job."""
         return max(1, int(self.ray.cluster_resources().get("CPU", 1)))
 
-    def start(self, spec: dict, out: Path, result: Path, log: Path) -> RayTask:
-        return RayTask(self, self.remote.remote({**spec, "cwd": os.getcwd()}), out, result, log)
+    def start(self, spec: WorkerSpec, out: Path, result: Path, log: Path) -> RayTask:
+        # The spec crosses to the task as its JSON form (plain values Ray can send anywhere).
+        sent = dataclasses.replace(spec, cwd=os.getcwd()).to_json()
+        return RayTask(self, self.remote.remote(sent), out, result, log)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

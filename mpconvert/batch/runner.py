@@ -14,6 +14,7 @@ storage.py keeps in step with it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -26,18 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .. import interrupts
-from ..errors import MpconvertError
-from ..memory import available_memory
-from ..outdir import claimed_root, clear_dead_run
-from ..writing import writing
-from .key import job_key
-from .manifest import Job
-from .options import BatchOptions
-from .results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
-from .shards import combine_if_last, shard_summary_name
-from .storage import Root, open_root
-from .worker import RESULT_NAME, job_spec
+from mpconvert.batch.key import job_key
+from mpconvert.batch.manifest import Job
+from mpconvert.batch.results import BATCH_NAME, entry, failed_entry, finish, read_batch, reused_entry
+from mpconvert.batch.shards import combine_if_last, shard_summary_name
+from mpconvert.batch.storage import Root, open_root
+from mpconvert.batch.worker import RESULT_NAME, WorkerResult, WorkerSpec, job_spec
+from mpconvert.commands.signature import Signer, load_signer
+from mpconvert.options.batch import BatchOptions
+from mpconvert.report.batch import BatchEntry, BatchSummary, Status
+from mpconvert.report.report import REPORT_NAME, Report
+from mpconvert.system import interrupts
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.memory import available_memory
+from mpconvert.system.outdir import claimed_root, clear_dead_run
+from mpconvert.system.writing import writing
 
 _WORK = ".mpconvert-batch"  # specs, results and logs of running workers, under the root
 _POLL = 0.2
@@ -72,15 +76,17 @@ def shard_of(jobs: list[Job], index: int, count: int) -> list[Job]:
     return [jobs[i] for i in sorted(mine)]
 
 
-def _complete(root: Path, job: Job, key: str) -> dict | None:
-    """The stored report of a finished result with this key, else None."""
+def _complete(root: Path, job: Job, key: str, signer: Signer | None) -> Report | None:
+    """The report of a finished result with this key (and signed by `signer`'s key, when signing), else None."""
     folder = root / job.folder
     try:
         stamp = json.loads((folder / RESULT_NAME).read_text())
-        report = json.loads((folder / "report.json").read_text())
+        stored = json.loads((folder / REPORT_NAME).read_text())
     except (OSError, ValueError):
         return None
-    return report if stamp.get("key") == key else None
+    if signer is not None and stamp.get("signed_by") != signer.fingerprint:
+        return None
+    return Report.from_json(stored) if stamp.get("key") == key else None
 
 
 def _refuse_existing(store: Root, jobs: list[Job]) -> None:
@@ -105,7 +111,7 @@ class Task(Protocol):
 
 class Executor(Protocol):
     def slots(self) -> int: ...  # jobs at a time when --jobs is not given
-    def start(self, spec: dict, out: Path, result: Path, log: Path) -> Task: ...
+    def start(self, spec: WorkerSpec, out: Path, result: Path, log: Path) -> Task: ...
     def close(self) -> None: ...
 
 
@@ -139,9 +145,9 @@ class LocalExecutor:
     def slots(self) -> int:
         return default_jobs()
 
-    def start(self, spec: dict, out: Path, result: Path, log: Path) -> Task:
+    def start(self, spec: WorkerSpec, out: Path, result: Path, log: Path) -> Task:
         spec_path = result.with_name(result.name.removesuffix(".result.json") + ".spec.json")
-        spec_path.write_text(json.dumps(spec))
+        spec_path.write_text(json.dumps(spec.to_json()))
         with log.open("w") as handle:
             process = subprocess.Popen(
                 [sys.executable, "-m", "mpconvert.batch.worker", str(spec_path)],
@@ -158,7 +164,7 @@ class LocalExecutor:
 
 def executor_for(options: BatchOptions) -> Executor:
     if options.executor == "ray":
-        from .ray_executor import RayExecutor
+        from mpconvert.batch.ray_executor import RayExecutor
 
         return RayExecutor(options.ray_address)
     return LocalExecutor()
@@ -178,13 +184,13 @@ class _Running:
 class BatchRun:
     """What a batch (or one shard of it) ends with."""
 
-    summary: dict  # this run's batch.json content: the whole batch's, or this shard's
-    combined: dict | None  # a shard that finished last: the root's combined batch.json
+    summary: BatchSummary  # this run's batch.json: the whole batch's, or this shard's
+    combined: BatchSummary | None  # a shard that finished last: the root's combined batch.json
     waiting: list[str]  # a shard that did not: the shards ("2/4") not finished yet
     path: str  # where `summary` (or `combined`) was written
 
     @property
-    def result(self) -> dict:
+    def result(self) -> BatchSummary:
         """The summary that speaks for the batch now: the combined one once there is one."""
         return self.combined or self.summary
 
@@ -195,7 +201,7 @@ class _Runner:
         store: Root,
         options: BatchOptions,
         executor: Executor,
-        on_event: Callable[[str, Job, dict | None], None],
+        on_event: Callable[[str, Job, BatchEntry | None], None],
     ):
         self.store = store
         self.executor = executor
@@ -205,22 +211,24 @@ class _Runner:
         self.on_event = on_event
         # Its own work folder per shard: shards may share a root.
         self.work = root / (_WORK + (f"-shard-{options.shard[0]}-of-{options.shard[1]}" if options.shard else ""))
-        self.entries: list[dict] = []
+        self.entries: list[BatchEntry] = []
         self.running: list[_Running] = []
 
     def start(self, job: Job, key: str) -> None:
-        spec = {
-            **job_spec(job),
-            "out": str(self.root / job.folder),
-            "key": key,
-            "parent": os.getpid(),
-            "command": self.options.command,
-            "tracking": self.options.tracking.spec() if self.options.tracking else None,
-        }
         # Not with_suffix: a model name may hold dots ("resnet.v2").
         stem = str(self.work / job.folder.replace("/", "__"))
         result, log = Path(stem + ".result.json"), Path(stem + ".log")
-        spec["result"] = str(result)
+        command = self.options.command
+        spec = dataclasses.replace(
+            job_spec(job),
+            out=str(self.root / job.folder),
+            key=key,
+            parent=os.getpid(),
+            result=str(result),
+            command=None if command is None else tuple(command),
+            tracking=self.options.tracking,
+            sign_key=None if self.options.signing.key is None else str(Path(self.options.signing.key).absolute()),
+        )
         task = self.executor.start(spec, self.root / job.folder, result, log)
         self.running.append(_Running(job, key, task, result, log, time.monotonic()))
         self.on_event("started", job, None)
@@ -236,7 +244,7 @@ class _Runner:
                     failed_entry(
                         run.job,
                         run.key,
-                        "timed_out",
+                        Status.TIMED_OUT,
                         f"no result after {self.options.timeout:g} s (--timeout)",
                         elapsed,
                     ),
@@ -244,25 +252,25 @@ class _Runner:
             elif code is not None:
                 self._done(run, self._outcome(run, code, elapsed))
 
-    def _outcome(self, run: _Running, code: int, elapsed: float) -> dict:
+    def _outcome(self, run: _Running, code: int, elapsed: float) -> BatchEntry:
         try:
-            result = json.loads(run.result.read_text())
-        except (OSError, ValueError):
+            result = WorkerResult.from_json(json.loads(run.result.read_text()))
+        except (OSError, ValueError, KeyError):
             result = None
         if result is None:
             clear_dead_run(self.root / run.job.folder)
-            return failed_entry(run.job, run.key, "error", _crash_message(code, run.log), elapsed)
-        if result["status"] == "error":
-            return failed_entry(run.job, run.key, "error", result["message"], result["seconds"])
-        report = json.loads((self.root / run.job.folder / "report.json").read_text())
-        return entry(run.job, run.key, report, result["status"], result["message"], result["seconds"])
+            return failed_entry(run.job, run.key, Status.ERROR, _crash_message(code, run.log), elapsed)
+        if result.status == Status.ERROR:
+            return failed_entry(run.job, run.key, Status.ERROR, result.message, result.seconds)
+        report = Report.from_json(json.loads((self.root / run.job.folder / REPORT_NAME).read_text()))
+        return entry(run.job, run.key, report, result.status, result.message, result.seconds)
 
     def _kill(self, run: _Running) -> None:
         run.task.kill()
         clear_dead_run(self.root / run.job.folder)
 
-    def _done(self, run: _Running, item: dict) -> None:
-        if item["status"] in ("passed", "gate_failed"):
+    def _done(self, run: _Running, item: BatchEntry) -> None:
+        if item.converted:
             self.store.publish_result(run.job.folder)
         self.running.remove(run)
         self.entries.append(item)
@@ -297,7 +305,9 @@ def _crash_message(code: int, log: Path) -> str:
 
 
 def run_batch(
-    jobs: list[Job], options: BatchOptions, on_event: Callable[[str, Job, dict | None], None] = lambda *a: None
+    jobs: list[Job],
+    options: BatchOptions,
+    on_event: Callable[[str, Job, BatchEntry | None], None] = lambda *a: None,
 ) -> BatchRun:
     """Convert every job (this shard's), each in its own process.
 
@@ -307,6 +317,7 @@ def run_batch(
     the claim is on its local staging folder: it keeps one machine from
     running a shard twice; the scheduler keeps machines from doing so.
     """
+    signer = load_signer(options.signing)  # once, before any worker: a wrong password fails the batch, not N jobs
     store = open_root(options.root)
     if options.shard:
         jobs = shard_of(jobs, *options.shard)
@@ -316,7 +327,9 @@ def run_batch(
         executor = executor_for(options)
         try:
             with claimed_root(store.local, options.shard):
-                summary = _run_claimed(store, jobs, options, executor, on_event, baseline)
+                summary = _run_claimed(store, jobs, options, executor, on_event, baseline, signer)
+                if signer is not None and not options.shard:
+                    store.sign(summary, signer)
         finally:
             executor.close()
     finally:
@@ -324,13 +337,21 @@ def run_batch(
     if not options.shard:
         return BatchRun(summary, None, [], store.path(BATCH_NAME))
     combined, waiting = combine_if_last(store, options.shard[1])
+    if combined is not None and signer is not None:  # the shard that wrote the root's batch.json signs it
+        store.sign(combined, signer)
     where = BATCH_NAME if combined else shard_summary_name(*options.shard)
     return BatchRun(summary, combined, waiting, store.path(where))
 
 
 def _run_claimed(
-    store: Root, jobs: list[Job], options: BatchOptions, executor: Executor, on_event: Callable, baseline: dict | None
-) -> dict:
+    store: Root,
+    jobs: list[Job],
+    options: BatchOptions,
+    executor: Executor,
+    on_event: Callable,
+    baseline: BatchSummary | None,
+    signer: Signer | None,
+) -> BatchSummary:
     root = store.local
     with writing(root, "the batch root"):
         root.mkdir(parents=True, exist_ok=True)
@@ -345,7 +366,7 @@ def _run_claimed(
     pending: list[tuple[Job, str]] = []
     for job in jobs:
         key = job_key(job)
-        stored = _complete(root, job, key) if options.resume else None
+        stored = _complete(root, job, key, signer) if options.resume else None
         if stored is not None:
             item = reused_entry(job, key, stored)
             runner.entries.append(item)
@@ -355,7 +376,7 @@ def _run_claimed(
     workers = options.jobs or executor.slots()
     name = shard_summary_name(*options.shard) if options.shard else BATCH_NAME
 
-    def record(finished: bool = False) -> dict:
+    def record(finished: bool = False) -> BatchSummary:
         elapsed = time.monotonic() - started
         summary = finish(store.label, runner.entries, elapsed, options, workers, baseline, finished)
         store.write_batch(name, summary)

@@ -23,13 +23,13 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import MpconvertError
-from .results import BATCH_NAME, merge
+from mpconvert.batch.results import BATCH_NAME, BatchSummary, merge
+from mpconvert.system.errors import MpconvertError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from .storage import Root
+    from mpconvert.batch.storage import Root
 
 SHARDS_FOLDER = "shards"
 _SHARD_FOLDER = re.compile(r"^(?P<index>\d+)-of-(?P<count>\d+)$")
@@ -133,7 +133,7 @@ def shard_summary_name(index: int, count: int) -> str:
     return f"{SHARDS_FOLDER}/{index}-of-{count}/{BATCH_NAME}"
 
 
-def shard_summaries(root: Root) -> list[dict]:
+def shard_summaries(root: Root) -> list[BatchSummary]:
     """The shard summaries a root holds, in shard order (none for an unsharded root)."""
     found = []
     for name in root.list(SHARDS_FOLDER):
@@ -143,9 +143,9 @@ def shard_summaries(root: Root) -> list[dict]:
     return [summary for *_, relative in sorted(found) if (summary := root.read_batch(relative)) is not None]
 
 
-def missing_shards(summaries: list[dict]) -> list[str]:
+def missing_shards(summaries: list[BatchSummary]) -> list[str]:
     """What keeps shard summaries from being one whole batch: shards not there or not finished."""
-    counts = {tuple(s["shard"])[1] for s in summaries if s.get("shard")}
+    counts = {s.shard[1] for s in summaries if s.shard}
     if len(counts) > 1:
         raise MpconvertError(
             f"the shards come from different splits ({' and '.join(f'{n} shards' for n in sorted(counts))})",
@@ -154,17 +154,17 @@ def missing_shards(summaries: list[dict]) -> list[str]:
     if not counts:
         return []
     (count,) = counts
-    done = {s["shard"][0] for s in summaries if s.get("finished", True)}
+    done = {s.shard[0] for s in summaries if s.shard and s.finished}
     return [f"{i}/{count}" for i in range(1, count + 1) if i not in done]
 
 
-def combine_if_last(root: Root, count: int) -> tuple[dict | None, list[str]]:
+def combine_if_last(root: Root, count: int) -> tuple[BatchSummary | None, list[str]]:
     """After this shard's summary is written: the combined batch.json if every shard has finished.
 
     Returns (the combined summary or None, the shards still missing).
     """
     with root.merge_lock():
-        summaries = [s for s in shard_summaries(root) if (s.get("shard") or [0, 0])[1] == count]
+        summaries = [s for s in shard_summaries(root) if (s.shard or (0, 0))[1] == count]
         missing = missing_shards(summaries)
         if missing:
             return None, missing
@@ -173,7 +173,7 @@ def combine_if_last(root: Root, count: int) -> tuple[dict | None, list[str]]:
         return combined, []
 
 
-def summaries_in(root: Root) -> list[dict]:
+def summaries_in(root: Root) -> list[BatchSummary]:
     """What a root holds to merge: its shards' summaries, else its batch.json."""
     summaries = shard_summaries(root)
     if summaries:

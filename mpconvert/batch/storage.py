@@ -23,15 +23,19 @@ import contextlib
 import hashlib
 import json
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..objectstore import Store, open_store, staging_root
-from ..outdir import merge_lock
-from ..render.html import INDEX_HTML, batch_page, write_batch_page
-from ..urls import is_url
-from .results import BATCH_NAME, parse_batch, read_batch, write_batch
-from .worker import RESULT_NAME
+from mpconvert.batch.results import BATCH_NAME, BatchSummary, parse_batch, read_batch, write_batch
+from mpconvert.batch.worker import RESULT_NAME
+from mpconvert.commands.sign import sign_batch_root
+from mpconvert.commands.signature import Signer
+from mpconvert.render.html import INDEX_HTML, batch_page, write_batch_page
+from mpconvert.report.signing import BATCH_SIGNATURE_NAME
+from mpconvert.system.objectstore import Store, open_store, staging_root
+from mpconvert.system.outdir import merge_lock
+from mpconvert.system.urls import is_url
 
 __all__ = ["LocalRoot", "RemoteRoot", "Root", "is_url", "open_root"]
 
@@ -53,16 +57,20 @@ class LocalRoot:
         folder = self.local / relative
         return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
 
-    def read_batch(self, relative: str) -> dict | None:
+    def read_batch(self, relative: str) -> BatchSummary | None:
         return read_batch(self.local / relative) if (self.local / relative).is_file() else None
 
-    def write_batch(self, relative: str, summary: dict) -> None:
+    def write_batch(self, relative: str, summary: BatchSummary) -> None:
         write_batch(self.local / relative, summary)
         if relative == BATCH_NAME:  # the root's own summary gets the page people open
             write_batch_page(summary, self.local)
 
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return merge_lock(self.local)
+
+    def sign(self, summary: BatchSummary, signer: Signer) -> None:
+        """batch.sig over the root's batch.json and index.html (as written for `summary`)."""
+        sign_batch_root(self.local, signer)
 
     def fetch_results(self, folders: builtins.list[str]) -> None:
         pass
@@ -105,7 +113,7 @@ class RemoteRoot:
         prefix = relative.rstrip("/") + "/"
         return sorted({f[len(prefix) :].split("/")[0] for f in self._files(relative) if f.startswith(prefix)})
 
-    def read_batch(self, relative: str) -> dict | None:
+    def read_batch(self, relative: str) -> BatchSummary | None:
         with self._calling("read", relative):
             try:
                 text = self.store.fs.cat_file(self._remote(relative)).decode()
@@ -113,17 +121,28 @@ class RemoteRoot:
                 return None
         return parse_batch(text, self.path(relative))
 
-    def write_batch(self, relative: str, summary: dict) -> None:
+    def write_batch(self, relative: str, summary: BatchSummary) -> None:
         # One PUT: readers see the old object or the new one.
         with self._calling("write", relative):
             self.store.fs.pipe_file(
-                self._remote(relative), (json.dumps(summary, indent=2, allow_nan=False) + "\n").encode()
+                self._remote(relative), (json.dumps(summary.to_json(), indent=2, allow_nan=False) + "\n").encode()
             )
             if relative == BATCH_NAME:
                 self.store.fs.pipe_file(self._remote(INDEX_HTML), batch_page(summary, self.local).encode())
 
     def merge_lock(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()  # see shards.py: the merge is the same bytes whoever writes it
+
+    def sign(self, summary: BatchSummary, signer: Signer) -> None:
+        """batch.sig over the root's batch.json and index.html: signed in a local copy of those bytes, then
+        uploaded with them, the signature last."""
+        with tempfile.TemporaryDirectory(prefix="mpconvert-batch-sign-") as tmp:
+            local = Path(tmp) / "root"
+            local.mkdir()
+            write_batch(local / BATCH_NAME, summary)
+            (local / INDEX_HTML).write_text(batch_page(summary, self.local))
+            sign_batch_root(local, signer)
+            self.store.upload(local, "", BATCH_SIGNATURE_NAME)
 
     def fetch_results(self, folders: builtins.list[str]) -> None:
         """Each folder's stamp and report, where its stamp (written last) says the upload is whole."""

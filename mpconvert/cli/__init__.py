@@ -6,6 +6,6 @@ declarations, outputs.py what a command prints and writes, process.py exit
 codes, framework noise and signals.
 """
 
-from .commands import cli, main
+from mpconvert.cli.commands import cli, main
 
 __all__ = ["cli", "main"]

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from ..batch.runner import BatchRun
-    from ..batch.shards import Shard
-    from ..tracking import ParentRun
-    from ..tracking_options import TrackingOptions
+    from mpconvert.batch.runner import BatchRun
+    from mpconvert.batch.shards import Shard
+    from mpconvert.export.tracking import ParentRun
+    from mpconvert.options.tracking import TrackingOptions
 
-from ..batch.options import BATCH_KEYWORDS, BatchOptions
-from .flags import (
+from mpconvert.cli.failures import command_line, run_action
+from mpconvert.cli.flags import (
     LocalPath,
     conversion_flags,
     debug_option,
@@ -24,10 +24,11 @@ from .flags import (
     output_flags,
     policy_option,
     quiet_option,
+    signing_flags,
     tracking_flags,
 )
-from .outputs import Outputs, Renderings
-from .process import command_line, run_action
+from mpconvert.cli.outputs import Outputs, Renderings
+from mpconvert.options.batch import BATCH_KEYWORDS, BatchOptions
 
 BATCH_EXIT_HELP = """\b
 Exit codes:
@@ -42,7 +43,7 @@ Exit codes:
 
 
 def batch_renderings() -> Renderings:
-    from ..render import batch_markdown, render_batch, write_batch_junit
+    from mpconvert.render import batch_markdown, render_batch, write_batch_junit
 
     return Renderings(render_batch, batch_markdown, write_batch_junit)
 
@@ -89,6 +90,7 @@ def batch_renderings() -> Renderings:
 @conversion_flags(given_only=True, exclude=tuple(BATCH_KEYWORDS))
 @gate_flags(stored=False, exclude=tuple(BATCH_KEYWORDS))
 @tracking_flags
+@signing_flags
 @output_flags("batch summary")
 @quiet_option
 @debug_option
@@ -104,6 +106,7 @@ def batch_command(
     shards,
     conversion,
     tracking,
+    signing,
     junit,
     summary,
     as_json,
@@ -115,15 +118,17 @@ def batch_command(
 
     Options of the main command given here apply to every model, under what
     the manifest sets itself. Each model converts in its own process. With
-    --mlflow the batch is a parent run and each conversion a child run.
+    --mlflow the batch is a parent run and each conversion a child run. With
+    --sign-key each model's folder is signed, and the root's batch.json and
+    index.html by batch.sig.
     """
     outputs = Outputs(junit, summary, as_json, quiet)
 
     def action() -> int:
-        from ..api import tracking_options
-        from ..batch.manifest import folder_jobs, load_manifest
-        from ..batch.runner import run_batch
-        from ..render import BatchProgress
+        from mpconvert.api import signing_options, tracking_options
+        from mpconvert.batch.manifest import folder_jobs, load_manifest
+        from mpconvert.batch.runner import run_batch
+        from mpconvert.render import BatchProgress
 
         chosen = _shard(shard, shards)
         given = {**conversion, **({"policy": policy} if policy else {})}
@@ -139,8 +144,14 @@ def batch_command(
             shard_source=chosen.source if chosen else None,
             command=command_line(),
             tracking=parent.options if parent else None,
+            signing=signing_options(**signing),
             **declared,
         )
+        if options.signing.enabled and not quiet:
+            from mpconvert.commands.signature import load_signer
+
+            for warning in getattr(load_signer(options.signing), "warnings", ()):
+                click.echo(f"warning: {warning}", err=True)
         if chosen and not quiet:
             click.echo(f"shard {chosen.index}/{chosen.count} from {chosen.source}", err=True)
         try:
@@ -166,7 +177,7 @@ def batch_command(
                 "the last to finish writes the combined batch.json (or run mpconvert batch-merge ROOT)",
                 err=True,
             )
-        return run.result["exit_code"]
+        return run.result.exit_code
 
     sys.exit(run_action(debug, action))
 
@@ -175,8 +186,8 @@ def _parent_run(tracking: TrackingOptions, source: Path, chosen: Shard | None, q
     """The batch's MLflow parent run, made after the server's check and before any worker starts; None untracked."""
     if not tracking.enabled:
         return None
-    from ..hooks import Hooks
-    from ..tracking import parent_run
+    from mpconvert.export.tracking import parent_run
+    from mpconvert.system.hooks import Hooks
 
     def say(prefix: str):
         return (lambda text: None) if quiet else (lambda text: click.echo(prefix + text, err=True))
@@ -189,9 +200,9 @@ def _finish_parent(parent: ParentRun, run: BatchRun, root: str) -> None:
     """batch.json and index.html on the parent run: the root's own files, or for object storage a local rendering."""
     import tempfile
 
-    from ..batch.results import BATCH_NAME, write_batch
-    from ..batch.storage import is_url
-    from ..render.html import INDEX_HTML, write_batch_page
+    from mpconvert.batch.results import BATCH_NAME, write_batch
+    from mpconvert.batch.storage import is_url
+    from mpconvert.render.html import INDEX_HTML, write_batch_page
 
     if not is_url(root):
         summary = Path(run.path)  # a shard that did not finish last has only its own summary, and no page
@@ -208,8 +219,8 @@ def _shard(shard: str | None, shards: int | None) -> Shard | None:
     """This run's shard: --shard I/N, or --shard auto from the scheduler's variables; None unsharded."""
     import os
 
-    from ..batch.shards import Shard, parse_shard, shard_from_environment
-    from ..errors import MpconvertError
+    from mpconvert.batch.shards import Shard, parse_shard, shard_from_environment
+    from mpconvert.system.errors import MpconvertError
 
     if shard == "auto":
         return shard_from_environment(os.environ, shards)
@@ -240,12 +251,12 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
         raise click.UsageError("several roots: give --out for the merged batch.json")
 
     def action() -> int:
-        from ..batch.results import BATCH_NAME, merge, read_batch
-        from ..batch.shards import missing_shards, summaries_in
-        from ..batch.storage import is_url, open_root
-        from ..errors import MpconvertError
+        from mpconvert.batch.results import BATCH_NAME, BatchSummary, merge, read_batch
+        from mpconvert.batch.shards import missing_shards, summaries_in
+        from mpconvert.batch.storage import is_url, open_root
+        from mpconvert.system.errors import MpconvertError
 
-        def given(root: str) -> list[dict]:  # a root (folder or URL), or a batch.json file itself
+        def given(root: str) -> list[BatchSummary]:  # a root (folder or URL), or a batch.json file itself
             return (
                 [read_batch(Path(root))] if not is_url(root) and Path(root).is_file() else summaries_in(open_root(root))
             )
@@ -263,6 +274,6 @@ def batch_merge_command(roots, out, junit, summary, as_json, quiet, debug):
         target = open_root(out or home)
         target.write_batch(BATCH_NAME, merged)
         outputs.emit(merged, target.path(BATCH_NAME), batch_renderings())
-        return merged["exit_code"]
+        return merged.exit_code
 
     sys.exit(run_action(debug, action))

@@ -15,15 +15,11 @@ import sys
 
 import click
 
-from ..api import conversion_options, export_options, gate_options, tracking_options
-from ..options import EXPORT_KEYWORDS, SaveOptions, default_out_dir
-from ..precision import POLICIES
-from ..process import allow_restart, restart, restart_allowed, silence_frameworks, unwind_on_sigterm
-from ..report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
-from ..verify_options import VERIFY_KEYWORDS
-from .batch import batch_command, batch_merge_command
-from .doctor import doctor_command
-from .flags import (
+from mpconvert.api import conversion_options, export_options, gate_options, signing_options, tracking_options
+from mpconvert.cli.batch import batch_command, batch_merge_command
+from mpconvert.cli.doctor import doctor_command
+from mpconvert.cli.failures import COMMAND_LINE, command_line, run_action
+from mpconvert.cli.flags import (
     LocalPath,
     conversion_flags,
     debug_option,
@@ -34,10 +30,16 @@ from .flags import (
     output_flags,
     policy_option,
     quiet_option,
+    signing_flags,
     tracking_flags,
 )
-from .outputs import Outputs, Renderings
-from .process import COMMAND_LINE, command_line, run_action
+from mpconvert.cli.outputs import Outputs, Renderings
+from mpconvert.options.export import EXPORT_KEYWORDS, SaveOptions, default_out_dir
+from mpconvert.options.precision import POLICIES
+from mpconvert.options.signing import PASSWORD_ENV
+from mpconvert.options.verify import VERIFY_KEYWORDS
+from mpconvert.report.report import EXIT_FAILED, EXIT_GATE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, REPORT_NAME
+from mpconvert.system.process import allow_restart, restart, restart_allowed, silence_frameworks, unwind_on_sigterm
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -60,8 +62,16 @@ Exit codes:
      parity tolerance, and the conversion had passed its gate
   {EXIT_FAILED}  OUT or its report cannot be read, or the --provider asked for
      does not load here (without --fallback)
-  {EXIT_GATE}  a check failed: a changed or missing file, an artifact that
-     cannot run here or is outside parity, a failed conversion
+  {EXIT_GATE}  a check failed: a missing, broken or other key's signature
+     (--public-key), a changed or missing file, an artifact that cannot
+     run here or is outside parity, a failed conversion
+"""
+
+SIGN_EXIT_CODES_HELP = f"""\b
+Exit codes:
+  {EXIT_OK}  signed: model.sig (batch.sig for a batch root) and signing.json written
+  {EXIT_FAILED}  nothing signed: a file differs from report.json's sha256, the
+     folder is signed already (without --force), or the key cannot sign
 """
 
 
@@ -110,10 +120,11 @@ def split_export(conversion: dict) -> tuple[dict, dict]:
 @conversion_flags()
 @gate_flags(stored=False)
 @tracking_flags
+@signing_flags
 @output_flags()
 @quiet_option
 @debug_option
-def convert_command(model, policy, out, force, conversion, tracking, junit, summary, as_json, quiet, debug):
+def convert_command(model, policy, out, force, conversion, tracking, signing, junit, summary, as_json, quiet, debug):
     """Convert MODEL to mixed precision: a .keras or .h5 (.hdf5) file, or a SavedModel folder.
 
     A SavedModel with keras_metadata.pb (tf.keras 2.x) is converted layer by
@@ -128,8 +139,8 @@ def convert_command(model, policy, out, force, conversion, tracking, junit, summ
         raise click.UsageError("Missing option '--policy'.")
 
     def action() -> int:
-        from ..pipeline import convert_and_save
-        from ..render import LiveDisplay
+        from mpconvert.pipeline import convert_and_save
+        from mpconvert.render import LiveDisplay
 
         keywords, export = split_export(conversion)
         options = conversion_options(model, policy, **keywords)
@@ -139,13 +150,12 @@ def convert_command(model, policy, out, force, conversion, tracking, junit, summ
             force,
             command=command_line(),
             tracking=tracking_options(**tracking),
+            signing=signing_options(**signing),
         )
         with LiveDisplay(quiet or outputs.stdout_taken) as display:
             hooks = dataclasses.replace(display.hooks(), may_restart=restart_allowed())
             report, written = convert_and_save(options, save, hooks)
-        outputs.emit(
-            report.to_json(), f"{written}/{REPORT_NAME}" if isinstance(written, str) else written / REPORT_NAME
-        )
+        outputs.emit(report, f"{written}/{REPORT_NAME}" if isinstance(written, str) else written / REPORT_NAME)
         return report.exit_code
 
     sys.exit(run_action(debug, action))
@@ -179,8 +189,8 @@ def inspect_command(model, policy, debug, **keywords):
     """
 
     def action() -> int:
-        from ..api import inspect
-        from ..render import render_inspection
+        from mpconvert.api import inspect
+        from mpconvert.render import render_inspection
 
         render_inspection(inspect(model, policy, **keywords))
         return 0
@@ -210,16 +220,15 @@ def check_command(report_file, junit, summary, as_json, html, quiet, debug, **th
 
     def action() -> int:
         # No TensorFlow on this path: a re-check takes a fraction of a second.
-        from ..api import recheck
-        from ..stored import read_report
+        from mpconvert.api import recheck
+        from mpconvert.report.read import read_report
 
         report = recheck(read_report(report_file), gate_options(**thresholds))
-        stored = report.to_json()
         if html:
-            from ..render.html import write_report_page
+            from mpconvert.render.html import write_report_page
 
-            write_report_page(stored, html)
-        outputs.emit(stored, report_file)
+            write_report_page(report, html)
+        outputs.emit(report, report_file)
         return report.exit_code
 
     sys.exit(run_action(debug, action))
@@ -246,9 +255,9 @@ def replay_command(report_file, out, force, as_json, quiet, debug):
     """
 
     def action() -> int:
-        from ..api import replay
-        from ..render import LiveDisplay
-        from ..render.replay import render_replay
+        from mpconvert.api import replay
+        from mpconvert.render import LiveDisplay
+        from mpconvert.render.replay import render_replay
 
         with LiveDisplay(quiet or as_json) as display:
             result = replay(
@@ -265,7 +274,7 @@ def replay_command(report_file, out, force, as_json, quiet, debug):
                     {
                         "replayed": str(result.replayed),
                         "out": str(result.out),
-                        "passed": result.report["passed"],
+                        "passed": result.exit_code == EXIT_OK,
                         "differences": [d.to_json() for d in result.differences],
                         "compared": len(result.compared),
                     },
@@ -288,24 +297,70 @@ def replay_command(report_file, out, force, as_json, quiet, debug):
 def verify_command(folder, junit, summary, as_json, quiet, debug, **keywords):
     """Check OUT (a conversion's output folder, or a batch root) on the machine where it will serve.
 
-    Every artifact's sha256 against report.json; each SavedModel and ONNX
-    file loaded with the runtimes installed here and run on golden.npz
-    (parity with the converted model's recorded outputs, drift from
-    float32's); each timed at a serving batch (p50/p90/p99, rows/s) with
-    its peak memory; the library versions that differ from the
-    conversion's. Writes verify.json beside report.json.
+    With --public-key, the folder's signature (model.sig) first, which
+    proves who made every file, report.json included; then every
+    artifact's sha256 against report.json; each SavedModel and ONNX file
+    loaded with the runtimes installed here and run on golden.npz (parity
+    with the converted model's recorded outputs, drift from float32's);
+    each timed at a serving batch (p50/p90/p99, rows/s) with its peak
+    memory; the library versions that differ from the conversion's.
+    Writes verify.json beside report.json.
     """
 
     def action() -> int:
-        from ..api import verify
-        from ..render.verify import render_verify, verify_markdown, write_verify_junit
+        from mpconvert.api import verified
+        from mpconvert.render.verify import render_verify, verify_markdown, write_verify_junit
 
-        document = verify(folder, **keywords)
-        where = document.get("folder") or document.get("root")
+        found = verified(folder, **keywords)
         Outputs(junit, summary, as_json, quiet).emit(
-            document, where, Renderings(render_verify, verify_markdown, write_verify_junit)
+            found, found.where, Renderings(render_verify, verify_markdown, write_verify_junit)
         )
-        return document["exit_code"]
+        return found.exit_code
+
+    sys.exit(run_action(debug, action))
+
+
+@cli.command("sign", epilog=SIGN_EXIT_CODES_HELP)
+@click.argument("folder", metavar="OUT", type=LocalPath(file_okay=False))
+@click.option(
+    "--key",
+    "sign_key",
+    required=True,
+    type=LocalPath(dir_okay=False),
+    metavar="KEY.pem",
+    help=f"The elliptic-curve private key (PEM) to sign with; an encrypted key's password is read from "
+    f"{PASSWORD_ENV}, never from the command line.",
+)
+@click.option("--force", is_flag=True, help="Replace the signature of a folder that is signed already.")
+@quiet_option
+@debug_option
+def sign_command(folder, sign_key, force, quiet, debug):
+    """Sign OUT (a folder converted before, or a batch root) in the OpenSSF model-signing format.
+
+    Every file report.json recorded a sha256 for is checked first: one that
+    differs refuses the folder, and nothing is signed. Then model.sig and
+    signing.json (when, with which key: its path, never its content) are
+    written beside report.json, covering every file of the folder but
+    verify.json. A batch root gets each converted model's folder signed,
+    and batch.sig over its batch.json and index.html.
+    """
+
+    def action() -> int:
+        from mpconvert.commands.sign import sign_output
+        from mpconvert.commands.signature import load_signer
+
+        signer = load_signer(signing_options(sign_key=sign_key))
+        assert signer is not None
+        for warning in signer.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        signed = sign_output(folder, signer, force=force)
+        if not quiet:
+            for one in signed:
+                click.echo(
+                    f"signed {one.folder} ({one.record.signature}, public key sha256 "
+                    f"{one.record.public_key_sha256[:16]}..., {one.record.signed_at})"
+                )
+        return EXIT_OK
 
     sys.exit(run_action(debug, action))
 
@@ -322,7 +377,7 @@ def main() -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     unwind_on_sigterm()
     allow_restart()
-    from ..speed.slow_kernel import Restart
+    from mpconvert.speed.slow_kernel import Restart
 
     try:
         cli(prog_name="mpconvert")

@@ -7,9 +7,9 @@ import sys
 
 import click
 
-from ..options import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH
-from .flags import LocalPath, debug_option, flags_for
-from .process import run_action
+from mpconvert.cli.failures import run_action
+from mpconvert.cli.flags import LocalPath, debug_option, flags_for
+from mpconvert.options.convert import DEFAULT_DOCTOR_BUDGET_S, DEFAULT_SPEED_BATCH
 
 
 @click.command("doctor")
@@ -37,29 +37,35 @@ def doctor_command(model, as_json, speed_batch, budget, imports, unsafe_deserial
     """What this machine offers for 16-bit compute, measured: hardware, runtimes, Keras layers, a policy.
 
     With MODEL, that model itself is timed through its SavedModel serving
-    path under float32 and both policies, and a policy is recommended for it.
+    path under float32 and both policies, and the OpenVINO IR each policy's
+    conversion writes (with the openvino extra), and the fastest policy and
+    runtime are recommended for it.
     MODEL is any model the main command converts: a .keras or .h5 (.hdf5)
     file, or a SavedModel folder with or without keras_metadata.pb (without
     it, rewritten at graph level as the main command does).
     """
 
     def action() -> int:
-        from ..render import render_doctor, render_model_timing
+        from mpconvert.render import render_doctor, render_model_timing
 
         if model is not None:
-            from ..doctor_model import time_model
-            from ..options import LoadOptions
+            from mpconvert.commands.doctor_model import time_model
+            from mpconvert.options.load import LoadOptions
 
             load = LoadOptions(model, unsafe_deserialization, tuple(imports))
-            found, show = time_model(load, speed_batch, budget), render_model_timing
-        else:
-            from ..doctor import diagnose
+            timing = time_model(load, speed_batch, budget)
+            if as_json:
+                click.echo(json.dumps(timing.to_json(), indent=2, allow_nan=False))
+            else:
+                render_model_timing(timing)
+            return 0
+        from mpconvert.commands.doctor import diagnose
 
-            found, show = diagnose().as_dict(), render_doctor
+        found = diagnose()
         if as_json:
-            click.echo(json.dumps(found, indent=2, allow_nan=False))
+            click.echo(json.dumps(found.to_json(), indent=2, allow_nan=False))
         else:
-            show(found)
+            render_doctor(found)
         return 0
 
     sys.exit(run_action(debug, action))

@@ -1,4 +1,4 @@
-"""Click options, derived from the options' keyword declarations (options.py).
+"""Click options, derived from the options' keyword declarations (options/).
 
 A conversion's flag is its Python API keyword with dashes, so a command
 hands what click parsed to `api.conversion_options` as it is. Help text,
@@ -18,13 +18,15 @@ from typing import Any
 
 import click
 
-from ..errors import MpconvertError
-from ..gate_options import check_tolerance
-from ..keywords import Keyword
-from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS, check_export_kinds
-from ..precision import POLICIES
-from ..tracking_options import TRACKING_KEYWORDS
-from ..urls import is_url, without_credentials
+from mpconvert.options.convert import CONVERSION_KEYWORDS
+from mpconvert.options.export import EXPORT_KEYWORDS, check_export_kinds
+from mpconvert.options.gate import GATE_KEYWORDS, check_tolerance
+from mpconvert.options.keywords import Keyword
+from mpconvert.options.precision import POLICIES
+from mpconvert.options.signing import SIGNING_KEYWORDS
+from mpconvert.options.tracking import TRACKING_KEYWORDS
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.urls import is_url, without_credentials
 
 
 class LocalPath(click.Path):
@@ -229,6 +231,17 @@ def tracking_flags(command):
         return command(tracking=tracking, **kwargs)
 
     return keyword_flags(TRACKING_KEYWORDS.values())(wrapper)
+
+
+def signing_flags(command):
+    """--sign-key, passed to the command as one `signing` dict."""
+
+    @functools.wraps(command)
+    def wrapper(**kwargs):
+        signing = {name: kwargs.pop(name) for name in SIGNING_KEYWORDS if name in kwargs}
+        return command(signing=signing, **kwargs)
+
+    return keyword_flags(SIGNING_KEYWORDS.values())(wrapper)
 
 
 def gate_flags(stored: bool, exclude: tuple[str, ...] = ()):

@@ -7,11 +7,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import click
 
-from ..errors import MpconvertError
-from ..urls import is_url
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.urls import is_url
+
+
+class Result(Protocol):
+    """A typed result a command shows (a report, a verification, a batch summary): its JSON form for --json."""
+
+    def to_json(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -24,7 +31,7 @@ class Renderings:
 
 
 def report_renderings() -> Renderings:
-    from ..render import markdown, render_summary, write_junit
+    from mpconvert.render import markdown, render_summary, write_junit
 
     return Renderings(render_summary, markdown, write_junit)
 
@@ -49,7 +56,7 @@ class Outputs:
         """stdout carries only the JSON or the Markdown when one of them asks for it."""
         return self.as_json or self.summary == "-"
 
-    def emit(self, report: dict, report_path: Path | str | None, renderings: Renderings | None = None) -> None:
+    def emit(self, report: Result, report_path: Path | str | None, renderings: Renderings | None = None) -> None:
         show = renderings or report_renderings()
         if not self.quiet:
             show.terminal(report, sys.stderr if self.stdout_taken else None, report_path)
@@ -67,4 +74,4 @@ class Outputs:
         if self.summary == "-":
             click.echo(show.markdown(report), nl=False)
         if self.as_json:
-            click.echo(json.dumps(report, indent=2, allow_nan=False))
+            click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False))

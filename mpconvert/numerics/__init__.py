@@ -1,10 +1,6 @@
-"""Where 16 bits break, and what to keep float32 for it.
+"""Where 16 bits break, and what to keep float32 for it: the kind-free search engine (search.py).
 
-lint.py: the numeric lint on the float32 model (overflow, information loss,
-precision-sensitive configs), before converting; search.py: the
-accuracy-driven search for the layers whose float32 fixes a failing check;
-autokeep.py: how `auto_keep` applies them around the first validation.
-Both run the float32 model with every layer's output recorded through
-trace.py, the one reader of Keras node objects (shared with the fidelity
-proof and the speed stage, so it stays beside them).
+Each kind lints its own units and ranks them (keras/lint.py and keras/search.py for layers, graph/kind.py
+and graph/search.py for nodes); the grow-and-prune search for the fewest units to keep float32 so the
+gate's checks pass, the reason a unit was kept, and what passing means are the same for both, here.
 """

@@ -1,4 +1,7 @@
-"""Accuracy-driven search: the fewest layers to keep float32 so the gate's budget holds.
+"""Accuracy-driven search: the fewest units (layers, nodes) to keep float32 so the gate's budget holds.
+
+The kind-free engine: each kind ranks its own units (keras/search.py, graph/search.py) and says how to
+predict with a set of them kept float32; the grow-and-prune below is the same for both.
 
 Measured on the task's own metric and data, at the Keras layer level, where
 node-level bisection against output closeness is slow (onnxconverter-common:
@@ -27,20 +30,15 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from ..configs import model_class, model_config
-from ..context import Context
-from ..frameworks import Framework
-from ..load import Loaded
-from ..options import MAX_SEARCH_SHARE
-from ..rewrite import Plan, rebuild_with
-from ..runners.keras import predict
-from ..sections import Ranked, SearchOutcome, SearchReport, Trial, Validation
-from ..trace import Call, layer_at, trace
-from ..validate import judge
+from mpconvert.data.context import Context
+from mpconvert.options.gate import Thresholds
+from mpconvert.options.rewrite import MAX_SEARCH_SHARE
+from mpconvert.report.gate import validation_checks
+from mpconvert.report.measure import judge
+from mpconvert.report.sections import Ranked, SearchOutcome, SearchReport, Trial, Validation
 
 Verdict = Callable[[Validation], bool]  # a trial's validation -> passes the gate's checks
 
@@ -76,56 +74,6 @@ class Search:
             ranking=tuple(Ranked(n, None if not math.isfinite(s) else round(s, 6)) for n, s in self.ranking[:10]),
             drop=tuple(self.trials),
         )
-
-
-def _as_list(value: Any) -> list:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _float32_twin(layer: Any) -> Any:
-    return type(layer).from_config({**layer.get_config(), "dtype": "float32"})
-
-
-def rank(
-    original: Any,
-    framework: Framework,
-    mixed_model: Any,
-    names: list[str],
-    rows: list[np.ndarray],
-    originals: dict[str, str] | None = None,
-) -> list[tuple[str, float]]:
-    """(layer, sensitivity) for each plan name, most sensitive first.
-
-    Each 16-bit layer of `mixed_model` runs alone on what the float32 model
-    fed it (its first call, nested layers included), against a float32 twin
-    with the same state on the same inputs; sensitivity = rms error / rms
-    spread of the float32 output across rows (inf when it overflows).
-    `originals` maps a plan name to the original model's layer path (a
-    split head's 16-bit part is NAME_linear). Layers that cannot run alone
-    rank 0: the grow step still reaches them.
-    """
-    originals = originals or {}
-    first_calls: dict[str, Call] = {}
-    for call in trace(original, rows):
-        first_calls.setdefault(call.path, call)
-    scores = []
-    for name in names:
-        first = first_calls.get(originals.get(name, name))
-        try:
-            if first is None:
-                raise KeyError(name)
-            call = first
-            layer16 = layer_at(mixed_model, name)
-            twin = _float32_twin(layer16)
-            twin(*call.args, **call.kwargs)
-            framework.copy_layer_state(layer16, twin)
-            out32 = np.asarray(_as_list(twin(*call.args, **call.kwargs))[0], dtype=np.float64)
-            out16 = np.asarray(_as_list(layer16(*call.args, **call.kwargs))[0], dtype=np.float64)
-        except Exception:  # a layer that needs its neighbours (masks, states): no score
-            scores.append((name, 0.0))
-            continue
-        scores.append((name, sensitivity(out32, out16)))
-    return sorted(scores, key=lambda item: -item[1])
 
 
 def sensitivity(out32: np.ndarray, out16: np.ndarray) -> float:
@@ -167,31 +115,6 @@ def smallest_set(
     return kept, SearchOutcome.BUDGET if out_of_time() else SearchOutcome.PASSED
 
 
-def search(
-    context: Context,
-    loaded: Loaded,
-    plan: Plan,
-    goal: Goal,
-    smoke: list[np.ndarray],
-    mixed_model: Any,
-    originals: dict[str, str] | None,
-) -> Search:
-    """The smallest set of plan layers to keep float32 so that `goal.verdict` passes."""
-    started = time.perf_counter()
-    original, framework = loaded.model, loaded.framework
-    config, cls = model_config(original), model_class(original)
-    candidates = list(plan.mixed)
-    rows = [x[:256] for x in context.data.validation.inputs]
-    ranking = rank(original, framework, mixed_model, candidates, rows, originals)
-
-    def predict_keeping(kept: list[str]) -> list[np.ndarray]:
-        mixed = set(candidates) - set(kept)
-        model = rebuild_with(original, framework, config, cls, plan, mixed, smoke)
-        return predict(model, context.data.validation.inputs)
-
-    return search_ranked(context, ranking, predict_keeping, goal, started)
-
-
 def search_ranked(
     context: Context,
     ranking: list[tuple[str, float]],
@@ -224,3 +147,17 @@ def search_ranked(
         result.validation = tried.get(frozenset(kept))
     result.seconds = time.perf_counter() - started
     return result
+
+
+def search_reason(before: Validation, after: Validation) -> str:
+    """Why the search kept a layer or node: what it fixed, with the numbers."""
+    if before.nonfinite_outputs:  # on any output: the search fixed that first
+        return f"accuracy-driven search: {before.nonfinite_outputs} NaN/inf outputs -> {after.nonfinite_outputs}"
+    if before.drop is not None and after.drop is not None:
+        return f"accuracy-driven search: drop {before.drop:.3f} -> {after.drop:.3f}"
+    return f"accuracy-driven search: agreement {before.agreement or 0:.3f} -> {after.agreement or 0:.3f}"
+
+
+def passes(validation: Validation, thresholds: Thresholds) -> bool:
+    """The gate's metric, agreement and drift checks, on every output: the ones the search can fix."""
+    return all(check.passed for check in validation_checks(validation, thresholds))

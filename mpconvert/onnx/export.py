@@ -45,8 +45,11 @@ import onnx
 import tensorflow as tf
 from onnx import TensorProto, helper
 
-from mpconvert.errors import MpconvertError
-from mpconvert.onnx.checks import (
+from mpconvert.data.signature import signature_of
+from mpconvert.onnx.edges import edge_casts, float16_io
+from mpconvert.onnx.empty_batch import serve_empty_batch
+from mpconvert.onnx.external import as_pending_initializers, data_file_of, reader, weights_apart, write_weights
+from mpconvert.onnx.graph_checks import (
     check,
     check_file,
     check_inputs,
@@ -54,21 +57,12 @@ from mpconvert.onnx.checks import (
     refuse_inexpressible,
     reject_unconverted_ops,
 )
-from mpconvert.onnx.edges import edge_casts, float16_io
-from mpconvert.onnx.empty_batch import serve_empty_batch
-from mpconvert.onnx.external import as_pending_initializers, data_file_of, reader, weights_apart, write_weights
-from mpconvert.onnx.graphdef import (
-    computing_nodes,
-    drop_xla_markers,
-    graph_dtypes,
-    pack_16bit_constants,
-    take_weights,
-)
+from mpconvert.onnx.graphdef import computing_nodes, drop_xla_markers, graph_dtypes, pack_16bit_constants, take_weights
 from mpconvert.onnx.handlers import ML_DOMAIN, ML_OPSET, register_tf2onnx_handlers
 from mpconvert.onnx.repairs import REPAIRS, retype_float16_as_bfloat16
-from mpconvert.options import DEFAULT_ONNX_EXTERNAL_DATA, DEFAULT_OPSET, check_opset
-from mpconvert.signature import signature_of
-from mpconvert.writing import replace_atomically
+from mpconvert.options.export import DEFAULT_ONNX_EXTERNAL_DATA, DEFAULT_OPSET, check_opset
+from mpconvert.system.errors import MpconvertError
+from mpconvert.system.writing import replace_atomically
 
 
 @dataclass(frozen=True)
@@ -98,20 +92,23 @@ def keras_to_onnx(
     opset: int = DEFAULT_OPSET,
     io: str = "float32",
     external_data_over: int = DEFAULT_ONNX_EXTERNAL_DATA,
+    keras3: bool = True,
 ) -> OnnxExport:
     """Convert a Keras 3 or tf-keras model to a checked ONNX file at `path`.
 
-    Inputs are named after `input_specs` (unnamed ones after the model's
-    inputs), outputs after the model's output layers; both float32, or
-    float16 with `io="float16"`. A Keras 3 model whose weights pass
-    `external_data_over` bytes has them written to PATH.data beside it
-    (external.py).
+        Inputs are named after `input_specs` (unnamed ones after the model's
+        inputs), outputs after the model's output layers; both float32, or
+        float16 with `io="float16"`. `keras3`: the model is a Keras 3 one (the
+    caller's kind knows; a tf-keras model cannot be traced with its weights
+    apart). A Keras 3 model whose weights pass
+        `external_data_over` bytes has them written to PATH.data beside it
+        (external.py).
     """
     path = pathlib.Path(path)
     check_opset(opset)
     specs = _named_specs(model, input_specs)
     output_names = _output_names(model)
-    apart = weights_apart(model, external_data_over)
+    apart = weights_apart(model, external_data_over, keras3)
 
     def unit_of(node_name):
         return layer_of(node_name, model)
@@ -389,7 +386,8 @@ def _from_concrete_function(concrete, opset, tables=None):
     input_names = [t.name for t in concrete.inputs if id(t) not in captured and t.dtype != tf.resource]
     # Each lookup table's captured handle becomes a HashTableV2 with a shared name, its contents handed
     # to tf2onnx as an initialized table: what tf2onnx's own SavedModel loader does for tables.
-    placeholders, initialized = {}, {}
+    placeholders: dict = {}
+    initialized: dict = {}
     for external, internal in concrete.graph.captures:
         if id(external) in (tables or {}):
             keys, values, _ = tables[id(external)]

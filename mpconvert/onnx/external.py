@@ -30,8 +30,7 @@ import numpy as np
 from onnx import TensorProto, helper
 from onnx.external_data_helper import uses_external_data
 
-from mpconvert.frameworks import KERAS3, framework_of
-from mpconvert.onnx.checks import PROTOBUF_LIMIT, TooLarge
+from mpconvert.onnx.graph_checks import PROTOBUF_LIMIT, TooLarge
 from mpconvert.onnx.proto import graphs
 
 # A variable under this many bytes stays in the graph as a constant (tf2onnx's own cut-off for weights:
@@ -67,13 +66,13 @@ def stand_ins(variables) -> list:
     return [v for v in variables if np.issubdtype(_dtype(v), np.floating) and variable_bytes(v) >= STAND_IN_MIN_BYTES]
 
 
-def weights_apart(model, over: int) -> list:
+def weights_apart(model, over: int, keras3: bool) -> list:
     """The variables to trace as inputs (stand-ins), or none when the model's weights are `over` bytes or less."""
     variables = list(model.variables)
     total = sum(variable_bytes(v) for v in variables)
     if total <= over:
         return []
-    if framework_of(model) is not KERAS3:  # only Keras 3 calls a model on other values than its variables
+    if not keras3:  # only Keras 3 calls a model on other values than its variables
         if total >= PROTOBUF_LIMIT:
             raise TooLarge(
                 f"the model's weights ({total / 1e9:.2f} GB) are over protobuf's 2 GiB limit on one message, and "

@@ -87,7 +87,7 @@ def register_tf2onnx_handlers():
             )
             _replace(ctx, node, "Cast", [found.output[0]], attr={"to": TensorProto.BOOL})
 
-    _Equal.version_11.__func__.numeric = numeric
+    _Equal.version_11.__func__.numeric = numeric  # type: ignore[attr-defined]
 
     # Keras's preprocessing layers (mpconvert owns these mappings; tf2onnx 1.17 has none for Bucketize and
     # maps only string<->int64 tables, through CategoryMapper).

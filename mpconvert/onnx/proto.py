@@ -144,11 +144,12 @@ def wrap_ops(proto, select, exit_doc=""):
     version = opset(proto)
     types = tensor_types(proto)
     fresh = name_factory(proto)
-    wrapped = Counter()
+    wrapped: Counter[str] = Counter()
     # Subgraphs first: rebuilding a parent's node list copies its nodes, and
     # with them the subgraphs, so later edits through old references are lost.
     for graph in reversed(list(graphs(proto.graph))):
-        widened, nodes = {}, []  # an up-Cast is only visible in its own scope
+        widened: dict[str, str] = {}
+        nodes: list = []  # an up-Cast is only visible in its own scope
         for node in graph.node:
             node_schema = schema(node, version)
             tensors = None
@@ -281,7 +282,8 @@ def contents(proto):
     """What a model holds up to names: (initializer dtype, shape and value
     digest) and op types, each counted, subgraphs included. Two exports of
     one model compare equal here whatever their node names."""
-    inits, ops = Counter(), Counter()
+    inits: Counter[tuple] = Counter()
+    ops: Counter[str] = Counter()
     for g in graphs(proto.graph):
         for t in g.initializer:
             digest = hashlib.sha256(numpy_helper.to_array(t).tobytes()).hexdigest()

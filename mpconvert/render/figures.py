@@ -9,12 +9,36 @@ the limit and the rows compared, then each served batch size with its max
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from mpconvert.report.checks import (
+    AccuracyValues,
+    AgreementValues,
+    BaselineValues,
+    Check,
+    ConsistencyValues,
+    DriftValues,
+    FinetuneValues,
+    KeptCorrectValues,
+    OverlapValues,
+    PaddingValues,
+    ParityValues,
+    PolicyValues,
+    ServedParity,
+    SpeedValues,
+)
+
+
+def _known(value: Any) -> Any:
+    """A figure as report.json holds it: NaN/inf as None."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _g(value: Any) -> str:
     """A figure, short: 0.00031, 1.09e-11, 143, n/a."""
+    value = _known(value)
     if value is None:
         return "n/a"
     if isinstance(value, bool) or isinstance(value, int):
@@ -24,112 +48,115 @@ def _g(value: Any) -> str:
     return str(value)
 
 
-def _f4(value: Any) -> str:
+def _f4(value: float | None) -> str:
+    value = _known(value)
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _pct(value: Any) -> str:
+def _pct(value: float | None) -> str:
+    value = _known(value)
     return "n/a" if value is None else f"{value:.2%}"
 
 
-def _served(batches: list) -> str:
+def _served(batches: Sequence[ServedParity]) -> str:
     """Each batch size a serving file was run at, with its max |diff| or why it failed: "0: 0, 1: 1.09e-11"."""
 
-    def result(b: Mapping[str, Any]) -> str:
-        if b.get("error"):
-            return f"failed ({b['error']})"
-        return "not finite" if b.get("max_abs_diff") is None else _g(b["max_abs_diff"])
+    def result(judged: ServedParity) -> str:
+        b = judged.batch
+        if b.error:
+            return f"failed ({b.error})"
+        return "not finite" if _known(b.max_abs_diff) is None else _g(b.max_abs_diff)
 
-    return "served rows " + ", ".join(f"{b.get('rows')}: {result(b)}" for b in batches)
+    return "served rows " + ", ".join(f"{b.batch.rows}: {result(b)}" for b in batches)
 
 
-def _parity(v: Mapping[str, Any]) -> str:
-    parts = [f"max |diff| {_g(v.get('max_abs_diff'))}", f"limit {_g(v.get('limit'))}"]
-    if v.get("rows") is not None:
-        parts.append(f"rows {v['rows']}")
+def _parity(v: ParityValues) -> str:
+    parts = [f"max |diff| {_g(v.max_abs_diff)}", f"limit {_g(v.limit)}"]
+    if v.rows is not None:
+        parts.append(f"rows {v.rows}")
     text = ", ".join(parts)
-    outputs = v.get("outputs") or {}
-    if outputs:
-        each = ", ".join(
-            f"{name} {_g(o.get('max_abs_diff'))} (limit {_g(o.get('limit'))})" for name, o in outputs.items()
-        )
+    if v.outputs:
+        each = ", ".join(f"{name} {_g(o.output.max_abs_diff)} (limit {_g(o.limit)})" for name, o in v.outputs.items())
         text += f"; per output: {each}"
-    if v.get("batches"):
-        text += f"; {_served(v['batches'])}"
+    if v.batches:
+        text += f"; {_served(v.batches)}"
     return text
 
 
-def _accuracy(v: Mapping[str, Any]) -> str:
-    metric = v.get("metric") or "metric"
-    text = f"{metric} {_f4(v.get('reference'))} -> {_f4(v.get('converted'))}, drop {_f4(v.get('drop'))}"
-    text += f", max {_f4(v.get('max_drop'))}"
-    return text + (f", NaN/inf {v['nonfinite_outputs']}" if v.get("nonfinite_outputs") else "")
+def _accuracy(v: AccuracyValues) -> str:
+    metric = v.metric or "metric"
+    text = f"{metric} {_f4(v.reference)} -> {_f4(v.converted)}, drop {_f4(v.drop)}"
+    text += f", max {_f4(v.max_drop)}"
+    return text + (f", NaN/inf {v.nonfinite_outputs}" if v.nonfinite_outputs else "")
 
 
-def _agreement(v: Mapping[str, Any]) -> str:
-    if not v.get("rows"):
+def _agreement(v: AgreementValues | KeptCorrectValues) -> str:
+    if not v.rows:
         return "not judged: 0 rows"
-    which = "kept correct" if "kept_correct" in v else "agreement"
-    share = v.get("kept_correct", v.get("agreement"))
-    return f"{which} {_pct(share)}, min {_pct(v.get('min_agreement'))}, rows {v['rows']}"
+    which, share = ("kept correct", v.kept_correct) if isinstance(v, KeptCorrectValues) else ("agreement", v.agreement)
+    return f"{which} {_pct(share)}, min {_pct(v.min_agreement)}, rows {v.rows}"
 
 
-def _padding(v: Mapping[str, Any]) -> str:
-    overhead = v.get("flops_overhead")
+def _padding(v: PaddingValues) -> str:
+    overhead = _known(v.flops_overhead)
     added = "n/a" if overhead is None else f"+{overhead:.1%}"
+    return f"max |diff| {_g(v.max_abs_diff)}, multiple {v.multiple}, {added} multiply-adds, exported {v.exported}"
+
+
+def _baseline(v: BaselineValues) -> str:
     return (
-        f"max |diff| {_g(v.get('max_abs_diff'))}, multiple {v.get('multiple')}, {added} multiply-adds, "
-        f"exported {v.get('exported')}"
+        f"{v.metric} {_f4(v.converted)} vs baseline {_f4(v.baseline)}, "
+        f"regression {_f4(v.regression)}, max {_f4(v.max_regression)}"
     )
 
 
-def _baseline(v: Mapping[str, Any]) -> str:
+def _speed(v: SpeedValues) -> str:
+    ratio = _known(v.ratio)
+    shown = "not measured" if ratio is None else f"{v.path} {ratio:.2f}x float32"
+    return f"{shown}, min {v.min_speedup:.2f}x"
+
+
+def _overlap(v: OverlapValues) -> str:
+    o = v.overlap
     return (
-        f"{v.get('metric')} {_f4(v.get('converted'))} vs baseline {_f4(v.get('baseline'))}, "
-        f"regression {_f4(v.get('regression'))}, max {_f4(v.get('max_regression'))}"
+        f"{o.in_train} of {o.validation_rows} validation rows in training ({_pct(o.share)}), max {_pct(v.max_overlap)}"
     )
 
 
-def _speed(v: Mapping[str, Any]) -> str:
-    ratio = v.get("ratio")
-    shown = "not measured" if ratio is None else f"{v.get('path')} {ratio:.2f}x float32"
-    return f"{shown}, min {v.get('min_speedup', 0):.2f}x"
-
-
-def _overlap(v: Mapping[str, Any]) -> str:
-    return (
-        f"{v.get('in_train')} of {v.get('validation_rows')} validation rows in training ({_pct(v.get('share'))}), "
-        f"max {_pct(v.get('max_overlap'))}"
-    )
-
-
-# Each kind of check by a key only its values hold, in the order tried.
-_BY_KEY: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
-    ("limit", _parity),
-    ("max_drop", _accuracy),
-    ("min_agreement", _agreement),
-    ("flops_overhead", _padding),
-    ("max_regression", _baseline),
-    ("min_speedup", _speed),
-    ("max_overlap", _overlap),
-    ("kept_float32", lambda v: f"{v.get('converted')} converted, {v.get('kept_float32')} kept float32"),
-    (
-        "requested_steps",
-        lambda v: f"{v.get('steps')} of {v.get('requested_steps')} steps, {v.get('skipped_steps')} skipped",
-    ),
-    ("contradictions", lambda v: f"{len(v.get('contradictions') or [])} contradictions"),
-    ("nonfinite_outputs", lambda v: f"max |diff| {_g(v.get('max_abs_diff'))}, NaN/inf {v.get('nonfinite_outputs')}"),
-)
-
-
-def check_figures(check: Mapping[str, Any]) -> str:
-    """The few figures of a check (its JSON form), in one line."""
-    values = check.get("values") or {}
-    for key, shown in _BY_KEY:
-        if key in values:
-            try:
-                return shown(values)
-            except (TypeError, ValueError, KeyError):  # a hand-edited or much older report: its plain values
-                break
+def _plain(values: Mapping[str, Any]) -> str:
+    """A check whose figures have no line of their own (one not judged): its first few plain values."""
     plain = [f"{k} {_g(v)}" for k, v in values.items() if v is None or isinstance(v, (str, int, float))]
     return ", ".join(plain[:4])
+
+
+def parity_limit(check: Check) -> float | None:
+    """The tolerance an artifact parity check applied (None for a kind it knows none for)."""
+    return check.values.limit if isinstance(check.values, ParityValues) else None
+
+
+def check_figures(check: Check) -> str:
+    """The few figures of a check, in one line."""
+    v = check.values
+    if isinstance(v, ParityValues):
+        return _parity(v)
+    if isinstance(v, AccuracyValues):
+        return _accuracy(v)
+    if isinstance(v, (AgreementValues, KeptCorrectValues)):
+        return _agreement(v)
+    if isinstance(v, PaddingValues):
+        return _padding(v)
+    if isinstance(v, BaselineValues):
+        return _baseline(v)
+    if isinstance(v, SpeedValues):
+        return _speed(v)
+    if isinstance(v, OverlapValues):
+        return _overlap(v)
+    if isinstance(v, PolicyValues):
+        return f"{v.converted} converted, {v.kept_float32} kept float32"
+    if isinstance(v, FinetuneValues):
+        return f"{v.steps} of {v.requested_steps} steps, {v.skipped_steps} skipped"
+    if isinstance(v, ConsistencyValues):
+        return f"{len(v.contradictions)} contradictions"
+    if isinstance(v, DriftValues):
+        return f"max |diff| {_g(v.max_abs_diff)}, NaN/inf {v.nonfinite_outputs}"
+    return _plain(v.to_json())

@@ -1,10 +1,11 @@
 """report.html and a batch's index.html: one self-contained page each, from the JSON mpconvert wrote.
 
-The pages render a report's (or batch.json's) JSON form, like every other
-rendering here, so `mpconvert check --html` on an old report.json shows what
-the run showed. Jinja2 templates with autoescaping (model and layer names
-are user data); the charts are inline SVG whose geometry is worked out here,
-so the templates only place shapes. No network: no scripts, fonts or images
+The report page renders a `report.Report` like every other rendering here
+(the templates read its sections, and the JSON form of the few parts whose
+figures are derived), so `mpconvert check --html` on an old report.json
+shows what the run showed. Jinja2 templates with autoescaping (model and
+layer names are user data); the charts are inline SVG whose geometry is
+worked out here, so the templates only place shapes. No network: no scripts, fonts or images
 from elsewhere, and the pages read the same without JavaScript (the batch
 page's sorting is the only script).
 """
@@ -15,19 +16,25 @@ import functools
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jinja2 import ChainableUndefined, Environment, PackageLoader
 
-from ..checks import PARITY
-from ..formats import units_of
-from ..options import Metric
-from ..sections import PaddingReport, member
-from ..writing import replace_atomically
-from . import describe_source, parity_limits, speed_line
-from .common import format_bytes, format_number, layer_counts_of, token_line
-from .figures import check_figures
+from mpconvert.data.formats import units_of
+from mpconvert.options.gate import Thresholds
+from mpconvert.options.validate import Metric
+from mpconvert.render import describe_source, parity_limits, speed_line
+from mpconvert.render.common import finite, format_bytes, format_number, token_line
+from mpconvert.render.figures import check_figures
+from mpconvert.report.batch import BatchSummary
+from mpconvert.report.checks import PARITY
+from mpconvert.report.gate import GateResult, layer_counts
+from mpconvert.report.report import Report
+from mpconvert.report.sections import Validation, member
+from mpconvert.report.sections.validation import Measured
+from mpconvert.system.writing import replace_atomically
 
 REPORT_HTML = "report.html"
 INDEX_HTML = "index.html"
@@ -48,6 +55,7 @@ def _templates() -> Environment:
 
 
 def _percent(value: float | None, digits: int = 1) -> str:
+    value = finite(value)
     return "n/a" if value is None else f"{value:.{digits}%}"
 
 
@@ -98,23 +106,25 @@ def higher_is_better(metric: str) -> bool:
     return isinstance(known, Metric) and known.higher_is_better
 
 
-def metric_charts(report: dict, budgets: dict[str | None, float | None]) -> list[Chart]:
+def metric_charts(report: Report, budgets: Mapping[str | None, float | None]) -> list[Chart]:
     """Per scored output: float32's and the converted metric, and the worst value its budget allows."""
-    v = report["validation"]
-    outputs = [o for o in v.get("outputs") or [] if o["metric"] is not None]
-    scored = [(o["name"], o) for o in outputs] or ([(None, v)] if v["metric"] is not None else [])
+    v = report.validation
+    outputs: list[Measured] = [o for o in v.outputs or () if o.metric is not None]
+    names: list[str | None] = [o.name for o in v.outputs or () if o.metric is not None]
+    scored = list(zip(names, outputs)) or ([(None, v)] if v.metric is not None else [])
     charts = []
     for name, o in scored:
         budget = budgets.get(name, budgets.get(None))
         limit = None
-        if budget is not None and o["reference"] is not None:
+        reference = finite(o.reference)
+        if budget is not None and reference is not None and o.metric is not None:
             # accuracy may fall by the budget, mse and cross-entropy may rise by it (sections.validation.worse_by)
-            limit = o["reference"] - budget if higher_is_better(o["metric"]) else o["reference"] + budget
-        rows = [("float32", o["reference"], "before"), (report["policy"], o["converted"], "after")]
+            limit = reference - budget if higher_is_better(o.metric) else reference + budget
+        rows = [("float32", reference, "before"), (report.policy, finite(o.converted), "after")]
         where = f"output {name}: " if name else ""
-        title = f"{where}{o['metric']} before and after" + (f" (budget {budget:g})" if budget is not None else "")
-        reference = (limit, f"limit {limit:.4g}") if limit is not None and limit > 0 else None
-        charts.append(bar_chart(title, rows, reference))
+        title = f"{where}{o.metric} before and after" + (f" (budget {budget:g})" if budget is not None else "")
+        line = (limit, f"limit {limit:.4g}") if limit is not None and limit > 0 else None
+        charts.append(bar_chart(title, rows, line))
     return charts
 
 
@@ -186,25 +196,27 @@ def line_chart(
 # --- the conversion report ------------------------------------------------------
 
 
-def _budgets(gate: dict) -> dict[str | None, float | None]:
+def _budgets(thresholds: Thresholds) -> dict[str | None, float | None]:
     """Output name (None for a single output, and the default) -> the drop its metric check allows."""
-    thresholds = gate["thresholds"]
-    return {None: thresholds.get("max_drop"), **(thresholds.get("max_drop_by_output") or {})}
+    budgets: dict[str | None, float | None] = {None: thresholds.max_drop}
+    budgets.update(thresholds.max_drop_by_output)
+    return budgets
 
 
-def _layers(report: dict) -> list[dict]:
+def _layers(report: Report) -> list[dict]:
     """The per-layer table: the plan, each layer's lint findings and its search sensitivity."""
-    auto = report.get("auto_keep") or {}
+    auto = report.auto_keep
     findings: dict[str, list[str]] = {}
-    for f in (auto.get("lint") or {}).get("findings") or []:
-        findings.setdefault(f["layer"], []).append(f"{f['kind']}: {f['message']}")
-    sensitivity = {r["layer"]: r["sensitivity"] for r in (auto.get("search") or {}).get("ranking") or []}
+    for f in auto.lint.findings if auto and auto.lint else ():
+        findings.setdefault(f.layer, []).append(f"{f.kind}: {f.message}")
+    ranking = auto.search.ranking if auto and auto.search else ()
+    sensitivity = {r.layer: finite(r.sensitivity) for r in ranking}
     rows = []
-    for layer in report["layers"]:
-        name = layer["name"]
+    for layer in report.layers:
+        name = layer.name
         rows.append(
             {
-                **layer,
+                **layer.to_json(),
                 "findings": findings.get(name, []),
                 # A split head's 16-bit part (NAME_linear) is ranked under the original name.
                 "sensitivity": sensitivity.get(name, sensitivity.get(name.removesuffix("_linear"))),
@@ -213,116 +225,116 @@ def _layers(report: dict) -> list[dict]:
     return rows
 
 
-def _speed(report: dict) -> dict | None:
-    speed = report.get("speed")
-    if not speed:
+def _speed(report: Report) -> dict | None:
+    if not report.speed:
         return None
-    paths = speed.get("paths") or {}
-    rows = [(name, p.get("ratio"), "after") for name, p in paths.items()]
+    speed = report.speed.measured
+    rows = [(name, finite(p.ratio), "after") for name, p in speed.paths.items()]
     return {
         "line": speed_line(report),
-        "paths": paths,
+        # The table reads each path's figures as report.json holds them (percentiles and throughput derived).
+        "paths": {name: p.to_json() for name, p in speed.paths.items()},
         "chart": bar_chart("speed against float32 (above 1 is faster)", rows, (1.0, "float32")) if rows else None,
-        "memory": speed.get("memory"),
+        "memory": speed.memory,
     }
 
 
-def _finetune(report: dict) -> dict | None:
-    tuning = report.get("finetune")
+def _finetune(report: Report) -> dict | None:
+    tuning = report.finetune
     if not tuning:
         return None
-    history = tuning.get("history") or {}
-    steps = history.get("step") or []
+    history = tuning.history
+    steps = list(history.step) if history else []
+    losses = list(history.loss) if history else []
+    scales: list[float | None] = list(history.loss_scale or ()) if history else []
     charts = [
-        line_chart("fine-tune loss over the steps", steps, history.get("loss") or [], "loss"),
-        line_chart(
-            "loss scale over the steps (log)", steps, history.get("loss_scale") or [], "scale", log=True, held=True
-        ),
+        line_chart("fine-tune loss over the steps", steps, losses, "loss"),
+        line_chart("loss scale over the steps (log)", steps, scales, "scale", log=True, held=True),
     ]
-    return {**tuning, "charts": [c for c in charts if c is not None]}
+    return {**tuning.to_json(), "charts": [c for c in charts if c is not None]}
 
 
-def _artifacts(report: dict) -> list[dict]:
-    limits = parity_limits(report["gate"])
-    checks = {c["name"]: c for c in report["gate"]["checks"]}
-    original = ((report.get("provenance") or {}).get("model") or {}).get("bytes")
+def _artifacts(report: Report, gate: GateResult) -> list[dict]:
+    limits = parity_limits(gate)
+    checks = {c.name: c for c in gate.checks}
+    model = report.provenance.model if report.provenance else None
+    original = model.bytes if model else None
     return [
         {
-            **a,
-            "limit": limits.get(a["kind"]),
-            "check": checks.get(f"{PARITY}: {a['kind']}"),
-            "of_original": a["bytes"] / original if original and a.get("bytes") else None,
+            **a.to_json(),
+            "limit": limits.get(a.kind),
+            "check": checks.get(f"{PARITY}: {a.kind}"),
+            "of_original": a.bytes / original if original and a.bytes else None,
         }
-        for a in report.get("artifacts") or []
+        for a in report.artifacts
     ]
 
 
-def _title(report: dict) -> str:
-    source = report["source"]
-    model = Path(source["path"]).name if source.get("path") else source.get("name") or "model"
-    return f"{model} → {report['policy']}"
+def _title(report: Report) -> str:
+    source = report.source
+    model = Path(source.path).name if source.path else source.name or "model"
+    return f"{model} → {report.policy}"
 
 
-def report_page(report: dict) -> str:
-    """report.html's text for a report's JSON form (as written, or re-checked)."""
-    gate = report["gate"]
-    counts = layer_counts_of(report)
-    auto = report.get("auto_keep") or {}
-    ranking = (auto.get("search") or {}).get("ranking") or []
+def report_page(report: Report) -> str:
+    """report.html's text for a report (as a conversion made it, or as `mpconvert check` re-judged it)."""
+    gate = report.gate
+    counts = layer_counts(report.policy, report.layers)
+    auto = report.auto_keep
+    ranking = auto.search.ranking if auto and auto.search else ()
     sensitivity = (
         bar_chart(
             "per-layer sensitivity (the search's ranking: accuracy lost with only this layer in 16 bits)",
-            [(r["layer"], r["sensitivity"], "sensitivity") for r in ranking],
+            [(r.layer, finite(r.sensitivity), "sensitivity") for r in ranking],
         )
         if ranking
         else None
     )
-    timings = report.get("timings") or {}
-    budgets = _budgets(gate)
+    timings = report.timings.seconds()
+    budgets = _budgets(gate.thresholds)
     return (
         _templates()
         .get_template("report.html.j2")
         .render(
             title=_title(report),
             report=report,
-            source=describe_source(report["source"]),
+            source=describe_source(report.source),
             gate=gate,
-            failed=[c["name"] for c in gate["checks"] if not c["passed"]],
+            failed=[c.name for c in gate.failed],
             counts=counts,
             layers=_layers(report),
-            units=units_of(report["source"].get("format")).capitalize(),
+            units=units_of(report.source.format).capitalize(),
             auto=auto,
             sensitivity=sensitivity,
             metric_charts=metric_charts(report, budgets),
             budgets=budgets,
-            validation=report["validation"],
-            token_lines=_token_lines(report["validation"]),
+            validation=report.validation,
+            token_lines=_token_lines(report.validation),
             speed=_speed(report),
             finetune=_finetune(report),
-            padding=report.get("padding"),
+            padding=report.padding,
             # Nothing padded: no proof ran, and the page must not claim one.
-            padding_compared=bool(report.get("padding")) and PaddingReport.from_json(report["padding"]).compared,
-            artifacts=_artifacts(report),
+            padding_compared=report.padding is not None and report.padding.compared,
+            artifacts=_artifacts(report, gate),
             timings=timings,
             timing_chart=bar_chart("seconds per stage", [(k, v, "time") for k, v in timings.items()])
             if timings
             else None,
             total_seconds=sum(timings.values()),
-            versions=report.get("versions") or {},
-            provenance=report.get("provenance"),
+            versions=report.versions.to_json(),
+            provenance=report.provenance,
         )
     )
 
 
-def _token_lines(v: dict) -> list[str]:
+def _token_lines(v: Validation) -> list[str]:
     """What each sequence output scored: its tokens, the padding left out, cross-entropy and perplexity."""
-    outputs = v.get("outputs") or []
-    if not outputs:
-        return [token_line(v["tokens"])] if v.get("tokens") else []
-    return [f"output {o['name']}: {token_line(o['tokens'])}" for o in outputs if o.get("tokens")]
+    if not v.outputs:
+        return [token_line(v.tokens)] if v.tokens else []
+    return [f"output {o.name}: {token_line(o.tokens)}" for o in v.outputs if o.tokens]
 
 
-def write_report_page(report: dict, path: Path) -> Path:
+def write_report_page(report: Report, path: Path) -> Path:
     """Write report.html (whole or not at all: a full disk is a WriteError naming the path)."""
     replace_atomically(Path(path), report_page(report), "the HTML report")
     return Path(path)
@@ -339,18 +351,25 @@ def _bar(drop: float | None, budget: float | None) -> dict | None:
     return {"share": share, "width": round(min(share, 1.5) / 1.5 * 120, 1), "over": drop > budget}
 
 
-def _from_report(folder: Path) -> dict:
+@dataclass(frozen=True)
+class _FromReport:
     """What batch.json leaves out and the page shows: the drop's budget and the serving speed-up."""
+
+    max_drop: float | None = None
+    speedup: float | None = None
+
+
+def _from_report(folder: Path) -> _FromReport:
     try:
-        report = json.loads((folder / "report.json").read_text())
-    except (OSError, ValueError):  # an error or timeout leaves no folder: the row says so itself
-        return {"max_drop": None, "speedup": None}
-    paths = (report.get("speed") or {}).get("paths") or {}
-    timed: dict = paths.get("savedmodel") or next(iter(paths.values()), {})
-    return {"max_drop": report["gate"]["thresholds"].get("max_drop"), "speedup": timed.get("ratio")}
+        report = Report.from_json(json.loads((folder / "report.json").read_text()))
+    except (OSError, ValueError, KeyError, TypeError):  # an error or timeout leaves no folder: the row says so itself
+        return _FromReport()
+    paths = report.speed.paths if report.speed else {}
+    timed = paths.get("savedmodel") or next(iter(paths.values()), None)
+    return _FromReport(report.thresholds.max_drop, finite(timed.ratio) if timed else None)
 
 
-def batch_rows(summary: dict, folder: Path) -> list[dict]:
+def batch_rows(summary: BatchSummary, folder: Path) -> list[dict]:
     """One row per model and policy, each linking to its report.html (relative, so the root can move).
 
     A converted model (passed or failed the gate) has a folder with its
@@ -359,23 +378,23 @@ def batch_rows(summary: dict, folder: Path) -> list[dict]:
     root keeps them only in the bucket: n/a there).
     """
     rows = []
-    for m in summary["models"]:
-        root = str(m.get("root") or summary.get("root") or folder)
-        converted = m["status"] in ("passed", "gate_failed")
+    for m in summary.models:
+        root = str(m.root or summary.root or folder)
         if "://" in root:  # object storage: the page is in the bucket, beside batch.json
-            link = f"{m['folder']}/{REPORT_HTML}" if converted else None
-            found = {"max_drop": None, "speedup": None}
+            link = f"{m.folder}/{REPORT_HTML}" if m.converted else None
+            found = _FromReport()
         else:
-            base = Path(root) / m["folder"]
-            link = Path(os.path.relpath(base / REPORT_HTML, folder)).as_posix() if converted else None
+            base = Path(root) / m.folder
+            link = Path(os.path.relpath(base / REPORT_HTML, folder)).as_posix() if m.converted else None
             found = _from_report(base)
-        rows.append({**m, **found, "link": link, "bar": _bar(m["drop"], found["max_drop"])})
+        bar = _bar(finite(m.drop), found.max_drop)
+        rows.append({**m.to_json(), "max_drop": found.max_drop, "speedup": found.speedup, "link": link, "bar": bar})
     return rows
 
 
-def batch_page(summary: dict, folder: Path) -> str:
-    """index.html's text for a batch.json (one run, a shard or merged shards) kept in `folder`."""
-    from .batch import batch_totals_line
+def batch_page(summary: BatchSummary, folder: Path) -> str:
+    """index.html's text for a batch summary (one run, a shard or merged shards) kept in `folder`."""
+    from mpconvert.render.batch import batch_totals_line
 
     return (
         _templates()
@@ -389,7 +408,7 @@ def batch_page(summary: dict, folder: Path) -> str:
     )
 
 
-def write_batch_page(summary: dict, folder: Path) -> Path:
+def write_batch_page(summary: BatchSummary, folder: Path) -> Path:
     path = Path(folder) / INDEX_HTML
     replace_atomically(path, batch_page(summary, Path(folder)), "the batch page")
     return path

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..keywords import Keyword
-from ..options import CONVERSION_KEYWORDS, EXPORT_KEYWORDS, GATE_KEYWORDS
-from ..tracking_options import TRACKING_KEYWORDS
+from mpconvert.options.convert import CONVERSION_KEYWORDS
+from mpconvert.options.export import EXPORT_KEYWORDS
+from mpconvert.options.gate import GATE_KEYWORDS
+from mpconvert.options.keywords import Keyword
+from mpconvert.options.signing import SIGNING_KEYWORDS
+from mpconvert.options.tracking import TRACKING_KEYWORDS
+from mpconvert.options.verify import VERIFY_KEYWORDS
 
 HEADER = """\
 # Options
@@ -22,7 +26,7 @@ batch manifest spell it: the flag is the keyword with dashes
 the value stored in the report. `mpconvert inspect` takes the loading,
 keep, lint and padding options.
 
-This file is generated from the declarations in `mpconvert/options.py`
+This file is generated from the declarations in `mpconvert/options/`
 (`make docs`); a test keeps it in step with them and with `--help`.
 """
 
@@ -35,11 +39,12 @@ These are not conversion options (the API has its own way to say them):
 |---|---|---|
 | `--policy` | main, `inspect`, `batch` | `mixed_float16` (NVIDIA Tensor Cores) or `mixed_bfloat16` (TPUs, bf16-capable CPUs); required by the main command, the first argument of `convert()` |
 | `--out` | main, `batch`, `batch-merge` | the output folder (main: default `MODEL_POLICY` beside the model; API: `Conversion.save(out)`), or the batch root |
-| `--force` | main, `batch` | replace a non-empty output folder (API: `save(out, force=True)`) |
+| `--force` | main, `batch`, `sign` | replace a non-empty output folder (API: `save(out, force=True)`); `sign`: replace a signature |
 | `--junit FILE` | main, `check`, `batch`, `batch-merge` | write a JUnit XML file, one test case per gate check (per model and policy for a batch) |
 | `--summary FILE\\|-` | main, `check`, `batch`, `batch-merge` | write a Markdown summary for a CI job page; `-` prints it on stdout |
 | `--json` | main, `check`, `batch`, `batch-merge`, `doctor` | print the report (or batch summary, or findings) as JSON on stdout and nothing else there |
 | `--quiet`, `-q` | main, `check`, `batch`, `batch-merge` | print nothing but errors (and what `--json` or `--summary -` ask for) |
+| `--key KEY.pem` | `sign` | the private key to sign with, as `--sign-key` (API: `mpconvert.sign(folder, sign_key=...)`) |
 | `--html FILE` | `check` | also write the re-checked report as one self-contained HTML page (a conversion always writes `report.html`) |
 | `--debug` | every command | show tracebacks and framework logs |
 | `--version`, `--help` | `mpconvert` | the installed version; the options of a command (`mpconvert COMMAND --help`) |
@@ -106,6 +111,12 @@ def options_markdown() -> str:
             "as a whole)",
             TRACKING_KEYWORDS,
         ),
+        _section(
+            "Signing (the main command, `batch` and `Conversion.save`; `mpconvert sign` takes it as `--key`; "
+            "see [signing.md](signing.md))",
+            SIGNING_KEYWORDS,
+        ),
+        _section("`mpconvert verify` (and `mpconvert.verify()`)", VERIFY_KEYWORDS),
         COMMAND_FLAGS,
     ]
     return "\n\n".join(sections) + "\n"

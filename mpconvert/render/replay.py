@@ -8,7 +8,7 @@ from typing import IO, Any
 
 from rich.markup import escape
 
-from .common import console_for
+from mpconvert.render.common import console_for
 
 
 def _value(value: Any) -> str:

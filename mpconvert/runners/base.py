@@ -16,6 +16,15 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class Compiled:
+    """What a runtime that compiles a model for a device says it runs (OpenVINO: the compiled model's
+    INFERENCE_PRECISION_HINT and EXECUTION_DEVICES); None where it does not say."""
+
+    precision: str | None
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RunResult:
     outputs: list[np.ndarray]  # in the order the runner was asked for (a signature's), where it has them all
     runtime: str  # what ran them: "tensorflow", "onnxruntime:CPUExecutionProvider", "onnx.reference", ...
@@ -23,6 +32,7 @@ class RunResult:
     # 16-bit kernels) and ran a copy with these op types computed in float32.
     promoted_ops: list[str] = field(default_factory=list)
     names: tuple[str, ...] = ()  # the outputs' own names, in `outputs` order
+    compiled: Compiled | None = None  # where the runtime compiles for a device: what it said it runs
 
     @property
     def native(self) -> bool:
@@ -34,6 +44,8 @@ class RunResult:
         """What really ran the model, in words for a report."""
         if self.promoted_ops:
             return f"{self.runtime} on an emulated copy"
+        if self.compiled is not None and self.compiled.precision:
+            return f"{self.runtime} ({self.compiled.precision} on {', '.join(self.compiled.devices) or '?'})"
         return self.runtime
 
     def by_name(self, names: Sequence[str]) -> list[np.ndarray]:

@@ -43,9 +43,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..errors import MpconvertError
-from .base import Runner, RunResult
-from .measured import Growth, Measured, T, Timing
+from mpconvert.runners.base import Runner, RunResult
+from mpconvert.runners.measured import Growth, Measured, T, Timing
+from mpconvert.system.errors import MpconvertError
 
 # How long one call of the model may take in the child before it counts as a hang and is stopped. The
 # slowest run mpconvert makes is the last resort, onnx.reference, on a check's large batch: MobileNetV2

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..signature import Signature, signature_of
-from .base import RUNTIME_TENSORFLOW, RunResult, as_float32
+from mpconvert.data.signature import Signature, signature_of
+from mpconvert.runners.base import RUNTIME_TENSORFLOW, RunResult, as_float32
 
 PREDICT_BATCH = 256
 # Rows per eager call: the activations of one chunk are held at once.

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..signature import Signature
-from .base import RunResult, as_float32
+from mpconvert.data.signature import Signature
+from mpconvert.runners.base import RunResult, as_float32
 
 RUNTIME_LITERT = "litert (CPU interpreter)"
 

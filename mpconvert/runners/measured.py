@@ -23,8 +23,8 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from ..memory import peak_resident, reset_peak, resident
-from .base import Runner, RunResult
+from mpconvert.runners.base import Runner, RunResult
+from mpconvert.system.memory import peak_resident, reset_peak, resident
 
 T = TypeVar("T")
 # What times a prepared call: `speed.timing.timed_ms`'s calls of one callable, say; it must pickle (by

@@ -25,11 +25,11 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
 
-from ..errors import MpconvertError
-from ..onnx.emulate import promote_16bit_ops
-from ..onnx.external import external_files
-from ..onnx.proto import fed_inputs
-from .base import RUNTIME_REFERENCE, RunResult
+from mpconvert.onnx.emulate import promote_16bit_ops
+from mpconvert.onnx.external import external_files
+from mpconvert.onnx.proto import fed_inputs
+from mpconvert.runners.base import RUNTIME_REFERENCE, RunResult
+from mpconvert.system.errors import MpconvertError
 
 ORT_CPU, ORT_CUDA, ORT_TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 RUNTIME_CUDA = "onnxruntime:" + ORT_CUDA

@@ -1,4 +1,4 @@
-"""A SavedModel written to disk, run through its serving signature (loaded once)."""
+"""A SavedModel written to disk, run through its serving signature (loaded once); or a signature in memory."""
 
 from __future__ import annotations
 
@@ -10,25 +10,20 @@ from typing import Any
 
 import numpy as np
 
-from ..signature import Signature
-from .base import RUNTIME_TENSORFLOW, RunResult
-from .keras import fetch
+from mpconvert.data.signature import Signature
+from mpconvert.runners.base import RUNTIME_TENSORFLOW, RunResult
+from mpconvert.runners.keras import fetch
 
 DEFAULT_SIGNATURE = "serving_default"
 
 
 @dataclass(frozen=True)
-class SavedModelRunner:
-    path: Path
+class SignatureRunner:
+    """A loaded serving signature (a concrete function that takes the inputs by name), run in one call."""
+
+    serving: Any
     signature: Signature
-    signature_name: str = DEFAULT_SIGNATURE
     runtime: str = RUNTIME_TENSORFLOW
-
-    @cached_property
-    def serving(self) -> Any:
-        import tensorflow as tf
-
-        return tf.saved_model.load(str(self.path)).signatures[self.signature_name]
 
     def run(self, inputs: Sequence[np.ndarray]) -> RunResult:
         """Every row in one call, the outputs by the signature's names (else the serving keys' order)."""
@@ -53,3 +48,29 @@ class SavedModelRunner:
         import tensorflow as tf
 
         return {spec.name: tf.constant(x) for spec, x in zip(self.signature.inputs, inputs)}
+
+
+@dataclass(frozen=True)
+class SavedModelRunner:
+    """A SavedModel on disk, its signature `signature_name` loaded on the first run."""
+
+    path: Path
+    signature: Signature
+    signature_name: str = DEFAULT_SIGNATURE
+    runtime: str = RUNTIME_TENSORFLOW
+
+    @cached_property
+    def loaded(self) -> SignatureRunner:
+        import tensorflow as tf
+
+        serving = tf.saved_model.load(str(self.path)).signatures[self.signature_name]
+        return SignatureRunner(serving, self.signature, self.runtime)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> RunResult:
+        return self.loaded.run(inputs)
+
+    def dtypes(self) -> dict:
+        return self.loaded.dtypes()
+
+    def timer(self, inputs: Sequence[Any]) -> Callable[[], None]:
+        return self.loaded.timer(inputs)

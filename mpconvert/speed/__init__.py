@@ -10,19 +10,34 @@ float32 original measured in the same run (measure.py), never a proxy.
 hardware.py: facts, no benchmark (and the warning printed before
 converting); timing.py: the timer and the call it times; measure.py: the
 converted model against float32 per path (Keras, SavedModel, ONNX);
-memory.py: activation memory. `mpconvert doctor` (doctor.py) builds on the
+Activation memory is the Keras kind's (keras/activation_memory.py). `mpconvert doctor` (commands/doctor.py) builds on the
 facts and the timer. TensorFlow and ONNX Runtime are imported by the
 functions that need them.
 """
 
-from .hardware import CPU_FEATURES, Gpu, Hardware, fast_units, probe_hardware, read_cpu, target_note, warning_for
-from .measure import SPEED_BATCH, PathSpeed, Speed, measure_onnx_speed, measure_speed, padding_cost
-from .memory import COMPUTED, activation_bytes, activation_memory
-from .timing import BUDGET_S, REPEATS, SPEED_PATHS, median_ms
+from mpconvert.speed.hardware import (
+    CPU_FEATURES,
+    Gpu,
+    Hardware,
+    fast_units,
+    probe_hardware,
+    read_cpu,
+    target_note,
+    warning_for,
+)
+from mpconvert.speed.measure import (
+    SPEED_BATCH,
+    PathSpeed,
+    Speed,
+    measure_artifact_speed,
+    measure_onnx_speed,
+    measure_speed,
+    padding_cost,
+)
+from mpconvert.speed.timing import BUDGET_S, REPEATS, SPEED_PATHS, median_ms
 
 __all__ = [
     "BUDGET_S",
-    "COMPUTED",
     "CPU_FEATURES",
     "REPEATS",
     "SPEED_BATCH",
@@ -31,9 +46,8 @@ __all__ = [
     "Hardware",
     "PathSpeed",
     "Speed",
-    "activation_bytes",
-    "activation_memory",
     "fast_units",
+    "measure_artifact_speed",
     "measure_onnx_speed",
     "measure_speed",
     "median_ms",

@@ -9,64 +9,25 @@ from __future__ import annotations
 
 import functools
 import platform
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..precision import Precision
+from mpconvert.options.precision import Precision
+from mpconvert.report.sections.machine import CPU_FEATURES, TENSOR_CORES, Gpu, Hardware
 
-# The /proc/cpuinfo flags that decide 16-bit speed on a CPU. avx512f alone
-# only converts between formats; the *_bf16 / *_fp16 ones compute.
-CPU_FEATURES = ("avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16")
+__all__ = [
+    "CPU_FEATURES",
+    "CPU_UNITS",
+    "TENSOR_CORES",
+    "Gpu",
+    "Hardware",
+    "fast_units",
+    "probe_hardware",
+    "read_cpu",
+    "target_note",
+    "warning_for",
+]
+
 CPU_UNITS = {"float16": ("avx512_fp16", "amx_fp16"), "bfloat16": ("avx512_bf16", "amx_bf16")}
-# NVIDIA Tensor Cores: float16 from Volta (7.0), bfloat16 from Ampere (8.0).
-TENSOR_CORES = {"float16": (7, 0), "bfloat16": (8, 0)}
-
-
-@dataclass(frozen=True)
-class Gpu:
-    name: str
-    compute_capability: tuple[int, int] | None  # None: TensorFlow did not say
-
-    def tensor_cores(self, dtype: str) -> bool | None:
-        if self.compute_capability is None:
-            return None
-        return tuple(self.compute_capability) >= TENSOR_CORES[dtype]
-
-    def as_dict(self) -> dict:
-        cc = self.compute_capability
-        return {
-            "name": self.name,
-            "compute_capability": None if cc is None else f"{cc[0]}.{cc[1]}",
-            **{f"{dtype}_tensor_cores": self.tensor_cores(dtype) for dtype in TENSOR_CORES},
-        }
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """What TensorFlow and the kernel say about this machine; no benchmark."""
-
-    cpu: str  # the CPU's model name
-    cpu_features: tuple[str, ...]  # those of CPU_FEATURES it has
-    gpus: tuple[Gpu, ...] = ()
-    tpus: int = 0
-
-    @property
-    def device(self) -> str:
-        """Where TensorFlow runs a model by default: "GPU: <name>", "TPU" or "CPU: <model name>"."""
-        if self.gpus:
-            return f"GPU: {self.gpus[0].name}"
-        if self.tpus:
-            return "TPU"
-        return f"CPU: {self.cpu}"
-
-    def as_dict(self) -> dict:
-        return {
-            "device": self.device,
-            "cpu": self.cpu,
-            "cpu_features": {name: name in self.cpu_features for name in CPU_FEATURES},
-            "gpus": [gpu.as_dict() for gpu in self.gpus],
-            "tpus": self.tpus,
-        }
 
 
 def read_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, tuple[str, ...]]:

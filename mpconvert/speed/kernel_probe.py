@@ -19,13 +19,6 @@ TensorFlow build and the oneDNN setting: the next run on that machine pays
 nothing. A child that does not finish in CHILD_TIMEOUT_S counts as slow
 (a sound kernel answers in a second or two after the import).
 
-MPCONVERT_TEST_SLOW_POLICY=POLICY is a test stand-in: the child reports
-that policy's kernel SLOWER_STAND_IN times float32's while oneDNN's rewrites
-are on (and normal with them off), on any CPU, and nothing is cached;
-`mpconvert doctor MODEL`'s timing child hangs on that policy (so that with
-MPCONVERT_SLOW_KERNEL_RATIO above SLOWER_STAND_IN, a kernel the probe did
-not flag, the doctor's budget is what stops it).
-
 `python -m mpconvert.speed.kernel_probe POLICY ...` is the child: it prints
 {policy: {"float32_ms", "converted_ms", "slower"}} as JSON.
 """
@@ -42,12 +35,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .hardware import read_cpu
+from mpconvert.speed.hardware import read_cpu
 
-STAND_IN_ENV = "MPCONVERT_TEST_SLOW_POLICY"
 CACHE_ENV = "MPCONVERT_CACHE_DIR"
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
-SLOWER_STAND_IN = 100.0
 UNITS, ROWS = 256, 64
 WHAT = f"one fused Dense({UNITS}, relu) on {UNITS} features, batch {ROWS}, in tf.function"
 CHILD_TIMEOUT_S = 60.0
@@ -128,8 +119,7 @@ class Pending:
     def __init__(self, policies: tuple[str, ...], environ: dict | None = None):
         self.policies = policies
         self.environ = dict(os.environ if environ is None else environ)
-        self.stand_in = self.environ.get(STAND_IN_ENV)
-        cached = {} if self.stand_in else _read_cache(self.environ)
+        cached = _read_cache(self.environ)
         self.cached = {p: cached[p] for p in policies if isinstance(cached.get(p), dict)}
         missing = [p for p in policies if p not in self.cached]
         self.started = time.perf_counter()
@@ -170,7 +160,7 @@ class Pending:
         except (ValueError, IndexError):
             answered = {}
         fresh = {p: v for p, v in answered.items() if p in self.policies and isinstance(v, dict)}
-        if fresh and not self.stand_in:
+        if fresh:
             _write_cache(self.environ, fresh)
         for policy in self.policies:
             if policy in fresh:
@@ -201,10 +191,9 @@ def _time_dense(policies: tuple[str, ...]) -> dict:
     import keras
     import tensorflow as tf
 
-    from ..runners.keras import KerasRunner
-    from .timing import median_ms
+    from mpconvert.runners.keras import KerasRunner
+    from mpconvert.speed.timing import median_ms
 
-    stand_in = os.environ.get(STAND_IN_ENV)
     x = tf.random.stateless_normal((ROWS, UNITS), seed=(0, 1))
     runs = {}
     for policy in ("float32", *policies):
@@ -218,8 +207,6 @@ def _time_dense(policies: tuple[str, ...]) -> dict:
     result = {}
     for policy in policies:
         converted = ms[policy]
-        if stand_in == policy and onednn_on():
-            converted = ms["float32"] * SLOWER_STAND_IN
         slower = round(converted / ms["float32"], 2) if ms["float32"] > 0 else None
         result[policy] = {"float32_ms": round(ms["float32"], 3), "converted_ms": round(converted, 3), "slower": slower}
     return result

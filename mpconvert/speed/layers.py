@@ -23,12 +23,14 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import first_line
-from ..runners.keras import KerasRunner
-from .slow_kernel import SLOWER
-from .timing import figures, median_ms
+from mpconvert.report.doctor import Bench, Pathology, Timed
+from mpconvert.runners.keras import KerasRunner
+from mpconvert.speed.slow_kernel import SLOWER
+from mpconvert.speed.timing import figures, median_ms
+from mpconvert.system.errors import first_line
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 # A 16-bit layer this many times slower than float32 is a broken kernel, not
@@ -90,8 +92,10 @@ def _runner(case: str, policy: str) -> tuple[Any, Any]:
     return KerasRunner(model).timer([x]), x
 
 
-def bench_layers(cases: tuple[str, ...] | None = None, repeats: int = REPEATS, budget_s: float = BUDGET_S) -> dict:
-    """{case: {"what", policy: {"ms", "speedup" (float32 ms / ms), "note"}}}, each policy timed in turn.
+def bench_layers(
+    cases: tuple[str, ...] | None = None, repeats: int = REPEATS, budget_s: float = BUDGET_S
+) -> dict[str, Bench]:
+    """Each case's timing under each policy (ms, speed-up over float32, or why not), each policy timed in turn.
 
     A policy whose first timed call is already TIMED_ONCE times float32's is
     timed once, not repeatedly: a broken kernel can take seconds a call.
@@ -119,25 +123,23 @@ def bench_layers(cases: tuple[str, ...] | None = None, repeats: int = REPEATS, b
                 del runs[policy]
         ms = {**median_ms(runs, repeats=repeats, budget_s=budget_s, warmup=0), **single}
         timed = figures(ms, POLICIES)
-        entry: dict[str, Any] = {"what": CASES[case][0]}
-        for policy in POLICIES:
-            entry[policy] = {**timed[policy], "note": failed.get(policy)}
-        result[case] = entry
+        each = {policy: Timed(timed[policy]["ms"], timed[policy]["speedup"], failed.get(policy)) for policy in POLICIES}
+        result[case] = Bench(CASES[case][0], each)
     return result
 
 
-def pathologies(layers: dict) -> list[dict]:
+def pathologies(layers: Mapping[str, Bench]) -> list[Pathology]:
     """The (layer, policy) pairs PATHOLOGICAL times slower than float32, slowest first."""
     found = []
     for case, entry in layers.items():
         for policy in POLICIES[1:]:
-            speedup = entry[policy]["speedup"]
+            speedup = entry.timings[policy].speedup
             if speedup is not None and speedup < 1 / PATHOLOGICAL:
-                found.append({"layer": case, "policy": policy, "slower": round(1 / speedup, 1), "what": entry["what"]})
-    return sorted(found, key=lambda f: -f["slower"])
+                found.append(Pathology(case, policy, round(1 / speedup, 1), entry.label))
+    return sorted(found, key=lambda f: -f.slower)
 
 
-def with_onednn_off(cases: tuple[str, ...]) -> dict | None:
+def with_onednn_off(cases: tuple[str, ...]) -> dict[str, Bench] | None:
     """The same layers timed in a child process with oneDNN's graph rewrites off; None when it could not run."""
     env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPP_MIN_LOG_LEVEL": "3"}
     try:
@@ -154,12 +156,13 @@ def with_onednn_off(cases: tuple[str, ...]) -> dict | None:
     if done.returncode != 0:
         return None
     try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        return {case: Bench.from_json(entry) for case, entry in found.items()}
+    except (ValueError, IndexError, AttributeError):
         return None
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     chosen = tuple(sys.argv[1:]) or tuple(CASES)
-    print(json.dumps(bench_layers(chosen)))
+    print(json.dumps({case: bench.to_json() for case, bench in bench_layers(chosen).items()}))

@@ -39,12 +39,12 @@ import os
 
 import numpy as np
 
-from ..runners.base import Runner
-from ..sections import KernelProbe, SlowKernel
-from ..sections.speed import slower_of
-from .kernel_probe import WHAT, Probed
-from .measure import serving_rows
-from .timing import timed_ms
+from mpconvert.report.sections import KernelProbe, SlowKernel
+from mpconvert.report.sections.speed import slower_of
+from mpconvert.runners.base import Runner
+from mpconvert.speed.kernel_probe import WHAT, Probed
+from mpconvert.speed.measure import serving_rows
+from mpconvert.speed.timing import timed_ms
 
 # A 16-bit model this many times slower than float32 on one batch has hit a
 # broken kernel. A missing speed-up costs at most about 2x: 16-bit matmuls on
