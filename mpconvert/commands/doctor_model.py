@@ -161,6 +161,8 @@ def _time_in_child(
         now, end = time.perf_counter(), until()
         if not loaded[0]:
             return started + CHILD_LOAD_S
+        if len(timed) >= len(policies) and len(ov) >= len(openvino):  # all reported: the child is only exiting
+            return now + CHILD_LOAD_S
         if len(timed) >= len(policies):  # OpenVINO's steps: what is left, if enough is
             if end - now < OPENVINO_MIN_S:
                 return now
@@ -175,6 +177,8 @@ def _time_in_child(
         if isinstance(line, Stopped):
             if not loaded[0]:
                 return _Child(timed, ov, failed=f"the model did not load in {CHILD_LOAD_S:g} s")
+            if len(timed) >= len(policies) and len(ov) >= len(openvino):
+                return _Child(timed, ov)  # stopped while it exited, after its last line
             if len(timed) >= len(policies):
                 waiting = openvino[len(ov)]
                 left = until() - (time.perf_counter() - line.waited_s)
