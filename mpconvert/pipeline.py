@@ -41,9 +41,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from mpconvert.commands.replay import provenance, read_files
 from mpconvert.commands.signature import Signer, load_signer, sign_folder
 from mpconvert.data.context import Context
-from mpconvert.data.rows import DataSource, EvalData, evaluation_data
+from mpconvert.data.rows import EvalData, evaluation_data
 from mpconvert.export.formats import FORMATS, export_all
 from mpconvert.export.tracking import SKIPPED_STAGE, Tracker
 from mpconvert.export.tracking import start as start_tracking
@@ -58,16 +59,12 @@ from mpconvert.options.validate import PARITY_SAMPLES, Metric
 from mpconvert.render.html import REPORT_HTML, write_report_page
 from mpconvert.report.golden import GOLDEN_NAME, GOLDEN_ROWS, GoldenRows, write_golden
 from mpconvert.report.measure import judge, judging
-from mpconvert.report.read import report_file
 from mpconvert.report.report import REPORT_NAME, Report, json_safe
 from mpconvert.report.sections import (
     Artifact,
     AutoKeep,
-    DataRecord,
     Golden,
-    InputFile,
     Lint,
-    Provenance,
     Skipped,
     SpeedNotes,
     SpeedReport,
@@ -94,7 +91,6 @@ from mpconvert.system.hooks import NO_HOOKS, Hooks
 from mpconvert.system.objectstore import staged_upload
 from mpconvert.system.outdir import claimed_output, staged_output
 from mpconvert.system.urls import is_url, without_credentials
-from mpconvert.system.usercode import module_file, user_folder
 from mpconvert.system.writing import reported_at, write_text, writing
 
 log = logging.getLogger("mpconvert")
@@ -135,47 +131,9 @@ class Converted:
     speed_batch: int = SPEED_BATCH  # the serving batch the speed stage (and --bench-onnx) time at
 
 
-def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[Path, ...]:
-    """The files a run reads (model, data file): outputs must leave them alone."""
-    files = [options.load.path] if options.load.path else []
-    if data is not None and data.source is DataSource.NPZ and data.path:
-        files.append(Path(data.path))
-    elif isinstance(options.validate.data, (str, Path)) and Path(options.validate.data).exists():
-        files.append(Path(options.validate.data))
-    return tuple(files)
-
-
 def proof_rows(data: EvalData) -> list[np.ndarray]:
     """The validation rows the rebuild and padding proofs run on."""
     return [x[:PARITY_SAMPLES] for x in data.validation.inputs]
-
-
-def user_modules(options: ConvertOptions, data: EvalData) -> tuple[str, ...]:
-    """The user's modules a run imports by name: --import's, and --data module:function's."""
-    names = list(options.load.imports)
-    if data.source is DataSource.CALLABLE and isinstance(options.validate.data, str):
-        names.append(options.validate.data.split(":")[0])
-    return tuple(dict.fromkeys(names))
-
-
-def provenance(options: ConvertOptions, data: EvalData) -> Provenance:
-    """What this conversion read, by content, the options that rebuild it, and the machine it ran on."""
-    path = options.load.path
-    data_file = InputFile.of(Path(data.path)) if data.source is DataSource.NPZ and data.path else None
-    train = data.train.rows if data.train is not None else None
-    given = {"model": str(path.absolute()) if path else options.load.source, "policy": options.rewrite.policy}
-    baseline = options.gate.baseline
-    files = {name: module_file(name) for name in user_modules(options, data)}
-    return Provenance(
-        model=InputFile.of(path) if path else None,
-        data=DataRecord(str(data.source), data_file, data.validation.rows, train),
-        options=recorded_options(given, keywords_of(options)),
-        command=None,
-        machine=probe_hardware(),
-        folder=str(user_folder()),
-        baseline=InputFile.of(report_file(baseline)) if baseline else None,
-        modules={name: InputFile.of(file) for name, file in files.items() if file is not None},
-    )
 
 
 def skipped_stages(source: ModelKind[Any, Any], options: ConvertOptions, data: EvalData) -> tuple[Skipped, ...]:

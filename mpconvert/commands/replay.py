@@ -23,12 +23,62 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpconvert.report.sections import InputFile, Provenance
+from mpconvert.data.rows import DataSource, EvalData
+from mpconvert.options.convert import ConvertOptions
+from mpconvert.options.keywords import keywords_of
+from mpconvert.report.read import report_file
+from mpconvert.report.sections import DataRecord, InputFile, Provenance
+from mpconvert.report.sections.provenance import recorded_options
+from mpconvert.speed import probe_hardware
 from mpconvert.system.digests import digest
 from mpconvert.system.errors import MpconvertError
-from mpconvert.system.usercode import importing_from, module_origin
+from mpconvert.system.usercode import importing_from, module_file, module_origin, user_folder
 
 _CONVERT_AGAIN = "convert the model again with this mpconvert: its report records the folder"
+
+
+# --- what a conversion records (pipeline.convert), so that a replay can read it again ---
+
+
+def read_files(options: ConvertOptions, data: EvalData | None = None) -> tuple[Path, ...]:
+    """The files a run reads (model, data file): outputs must leave them alone."""
+    files = [options.load.path] if options.load.path else []
+    if data is not None and data.source is DataSource.NPZ and data.path:
+        files.append(Path(data.path))
+    elif isinstance(options.validate.data, (str, Path)) and Path(options.validate.data).exists():
+        files.append(Path(options.validate.data))
+    return tuple(files)
+
+
+def user_modules(options: ConvertOptions, data: EvalData) -> tuple[str, ...]:
+    """The user's modules a run imports by name: --import's, and --data module:function's."""
+    names = list(options.load.imports)
+    if data.source is DataSource.CALLABLE and isinstance(options.validate.data, str):
+        names.append(options.validate.data.split(":")[0])
+    return tuple(dict.fromkeys(names))
+
+
+def provenance(options: ConvertOptions, data: EvalData) -> Provenance:
+    """What this conversion read, by content, the options that rebuild it, and the machine it ran on."""
+    path = options.load.path
+    data_file = InputFile.of(Path(data.path)) if data.source is DataSource.NPZ and data.path else None
+    train = data.train.rows if data.train is not None else None
+    given = {"model": str(path.absolute()) if path else options.load.source, "policy": options.rewrite.policy}
+    baseline = options.gate.baseline
+    files = {name: module_file(name) for name in user_modules(options, data)}
+    return Provenance(
+        model=InputFile.of(path) if path else None,
+        data=DataRecord(str(data.source), data_file, data.validation.rows, train),
+        options=recorded_options(given, keywords_of(options)),
+        command=None,
+        machine=probe_hardware(),
+        folder=str(user_folder()),
+        baseline=InputFile.of(report_file(baseline)) if baseline else None,
+        modules={name: InputFile.of(file) for name, file in files.items() if file is not None},
+    )
+
+
+# --- what a replay reads back ---
 
 
 @dataclass(frozen=True)
