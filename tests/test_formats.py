@@ -102,3 +102,32 @@ def test_details_read_back_keep_what_was_stored_and_only_that():
     newer = {"precision": "FP16"}
     assert read_details("tensorrt", False, newer) == UnknownDetails(newer)
     assert read_details("tensorrt", False, newer).to_json() == newer
+
+
+def test_one_export_traces_the_savedmodel_once_and_copies_it_for_the_formats_converted_from_it(tmp_path):
+    """The OpenVINO IR is converted from a SavedModel: the savedmodel/ artifact written before it is copied,
+    unless it is gone (its check failed and removed it), when the model is traced again."""
+    import shutil
+
+    from mpconvert.export.formats import SavedModelOnce
+
+    traced = []
+
+    class Tracing:  # the kind's side of writing: each call is one trace of the model
+        signature, kinds = None, frozenset({"savedmodel", "openvino"})
+
+        def savedmodel(self, path):
+            traced.append(path)
+            path.mkdir()
+            (path / "saved_model.pb").write_bytes(b"graph %d" % len(traced))
+            return "serving_default"
+
+    once = SavedModelOnce(Tracing())
+    assert once.savedmodel(tmp_path / "savedmodel") == "serving_default"
+    assert once.savedmodel(tmp_path / "for_openvino") == "serving_default"
+    assert traced == [tmp_path / "savedmodel"]
+    assert (tmp_path / "for_openvino" / "saved_model.pb").read_bytes() == b"graph 1"
+    shutil.rmtree(tmp_path / "savedmodel")
+    once.savedmodel(tmp_path / "again")
+    assert traced == [tmp_path / "savedmodel", tmp_path / "again"]
+    assert (tmp_path / "again" / "saved_model.pb").read_bytes() == b"graph 2"

@@ -25,14 +25,17 @@ its name in the schema's artifact kinds.
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mpconvert.data.signature import Signature
 from mpconvert.export.artifacts import write_checked
-from mpconvert.export.formats.base import Format, Writes
+from mpconvert.export.formats.base import Format, LiteRTFile, OnnxFile, Writes
 from mpconvert.export.formats.keras import KERAS
 from mpconvert.export.formats.litert import LITERT
 from mpconvert.export.formats.onnx import ONNX
@@ -45,10 +48,50 @@ from mpconvert.report.sections import Artifact
 FORMATS: dict[str, Format[Any, Any]] = {f.name: f for f in (SAVEDMODEL, KERAS, ONNX, LITERT, OPENVINO)}
 
 
+@dataclass
+class SavedModelOnce:
+    """A kind's `Writes` whose SavedModel is traced once per export.
+
+    A format converted from a SavedModel (the OpenVINO IR) copies the
+    savedmodel/ artifact written before it, where that one was asked for and
+    passed its check, instead of tracing the model again: a tf-keras LSTM's
+    SavedModel takes 27 s to write on 2 cores.
+    """
+
+    writes: Writes
+    first: tuple[Path, str] | None = None  # the folder the SavedModel was written to, its signature's name
+
+    @property
+    def signature(self) -> Signature:
+        return self.writes.signature
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        return self.writes.kinds
+
+    def savedmodel(self, path: Path) -> str:
+        if self.first is not None and self.first[0].is_dir():
+            shutil.copytree(self.first[0], path)
+            return self.first[1]
+        name = self.writes.savedmodel(path)
+        self.first = (path, name)
+        return name
+
+    def keras(self, path: Path) -> None:
+        self.writes.keras(path)
+
+    def onnx(self, path: Path, options: ExportOptions) -> OnnxFile:
+        return self.writes.onnx(path, options)
+
+    def litert(self, path: Path) -> LiteRTFile:
+        return self.writes.litert(path)
+
+
 def export_all(
     writes: Writes, rows: list[np.ndarray], expected: list[np.ndarray], out: Path, options: ExportOptions, needed: int
 ) -> list[Artifact]:
     """Every format `options` ask for that the kind writes, under `out`, each re-checked on `rows`."""
+    writes = SavedModelOnce(writes)
     return write_checked(
         [
             (f.name, out / f.filename, partial(f.export, writes, options=options, rows=rows, expected=expected))
